@@ -1,0 +1,88 @@
+"""The small interface both backends implement (DESIGN.md: render / compile / Kernel).
+
+  render(spec, problem)          -> source text (what the registry stores and hashes)
+  compile(spec, problem, device) -> Artifact: picklable, made without tensors or a GPU, so CPU
+                                    worker processes can compile many candidates in parallel
+  load(artifact)                 -> Kernel, on the GPU process
+  Kernel(a, b, c, stream=None)   -> writes C = A @ B (fp16) for the problem's layout
+
+A Kernel is built for one spec and may serve any problem the spec is valid for (kernels mask their
+edges), so the registry can reuse a tuned kernel for a nearby shape.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..device import DeviceInfo
+from ..problems import Problem
+from ..spec import KernelSpec
+
+
+class CompileError(RuntimeError):
+    """Compilation failed; `log` holds the compiler's own output."""
+
+    def __init__(self, message: str, log: str = ""):
+        self.log = log
+        super().__init__(message + (f"\n--- compiler log ---\n{log}" if log else ""))
+
+
+class LaunchError(RuntimeError):
+    """A launch was refused or failed; the message carries the CUDA error name where there is one."""
+
+
+@dataclass
+class Artifact:
+    """What compile() returns: enough to load the kernel without compiling again."""
+    backend: str
+    spec: KernelSpec
+    source: str
+    binary: bytes = b""                 # cubin (CUDA) or b"" where the backend's own cache holds it
+    meta: dict[str, Any] = field(default_factory=dict)   # registers, spills, smem, kernel name ...
+
+    @property
+    def binary_hash(self) -> str:
+        """Duplicate detection: two specs that compile to the same machine code are one candidate."""
+        return hashlib.sha256(self.binary or self.source.encode()).hexdigest()
+
+
+class Kernel(Protocol):
+    spec: KernelSpec
+
+    def __call__(self, a, b, c, stream=None) -> None: ...
+
+    def supports(self, problem: Problem) -> bool: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def render(self, spec: KernelSpec, problem: Problem) -> str: ...
+
+    def compile(self, spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact: ...
+
+    def load(self, artifact: Artifact) -> Kernel: ...
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def get_backend(name: str) -> Backend:
+    """The backend object by name ('triton' or 'cuda'); imported lazily so one need not load both."""
+    if name == "triton":
+        from .triton import BACKEND
+    elif name == "cuda":
+        from .cuda import BACKEND
+    else:
+        raise ValueError(f"unknown backend {name!r}: choose 'triton' or 'cuda'")
+    return BACKEND
+
+
+def build_kernel(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Kernel:
+    """Validate, compile (cached by the backend) and load: the one-call path for a GPU process."""
+    from ..spec import validate
+    validate(spec, problem, device)
+    be = get_backend(spec.backend)
+    return be.load(be.compile(spec, problem, device))

@@ -1,0 +1,387 @@
+"""KernelSpec: one frozen description of a GEMM kernel, and the one validity check.
+
+The backends render a spec into source, the policy samples specs field by field with invalid
+values masked out, and the store and registry key rows by the spec's canonical text. All of them
+use the rules in this file, so "valid" means one thing everywhere.
+
+Canonical text: every field as `key=value`, space separated, in FIELDS order, e.g.
+  backend=triton family=tiled bm=128 bn=128 bk=64 warps=8 stages=4 group_m=8 split_k=1 subtile=1 warp_spec=0 cluster=1
+Each `key=value` is one policy token.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Callable, Iterable
+
+from .device import DeviceInfo
+from .problems import Problem
+
+FAMILIES = {"triton": ("tiled", "persistent"), "cuda": ("mma", "wgmma")}
+
+# Sampling order of the fields, and each field's finite set of choices (the policy's vocabulary).
+CHOICES: dict[str, tuple] = {
+    "backend": ("triton", "cuda"),
+    "family": ("tiled", "persistent", "mma", "wgmma"),
+    "bm": (16, 32, 64, 128, 256),
+    "bn": (16, 32, 64, 128, 256),
+    "bk": (16, 32, 64, 128),
+    "warps": (2, 4, 8, 12),
+    "stages": (2, 3, 4, 5, 6),
+    "group_m": (1, 4, 8, 16),
+    "split_k": (1, 2, 4, 8, 16),
+    "subtile": (1, 2),
+    "warp_spec": (0, 1),
+    "cluster": (1, 2),
+}
+FIELDS = tuple(CHOICES)
+
+# Fields a family does not use are pinned to one value, so each kernel has exactly one text.
+PINNED = {
+    "tiled": {"subtile": 1, "warp_spec": 0, "cluster": 1},
+    "persistent": {"split_k": 1, "cluster": 1},
+    "mma": {"subtile": 1, "warp_spec": 0, "cluster": 1},
+    "wgmma": {"split_k": 1, "subtile": 1, "warp_spec": 1},
+}
+WARPS = {"tiled": (2, 4, 8), "persistent": (4, 8), "mma": (2, 4, 8), "wgmma": (8, 12)}
+WGMMA_TILE = {"bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (64,)}
+TMA_FAMILIES = ("persistent", "wgmma")
+# Accumulator registers per thread (fp32) we allow; past this the kernels spill on sm_90
+# (255 registers per thread, and A/B fragments, addresses and the pipeline need the rest).
+MAX_ACC_REGS = 128
+
+
+class SpecError(ValueError):
+    """A spec that is malformed or invalid for a problem/device; the message names the field."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    backend: str = "triton"
+    family: str = "tiled"
+    bm: int = 128
+    bn: int = 128
+    bk: int = 64
+    warps: int = 8
+    stages: int = 4
+    group_m: int = 8
+    split_k: int = 1
+    subtile: int = 1
+    warp_spec: int = 0
+    cluster: int = 1
+
+    # ---- text form ------------------------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        return " ".join(f"{k}={getattr(self, k)}" for k in FIELDS)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def tokens(self) -> list[str]:
+        return self.text.split()
+
+    @classmethod
+    def parse(cls, text: str) -> "KernelSpec":
+        """Parse `key=value` pairs (any order, comma or space separated). Missing fields take the
+        family's pinned value or the dataclass default; unknown keys and bad values raise SpecError."""
+        vals: dict[str, object] = {}
+        for tok in text.replace(",", " ").split():
+            if "=" not in tok:
+                raise SpecError("spec", f"token {tok!r} is not key=value")
+            k, v = tok.split("=", 1)
+            if k not in CHOICES:
+                raise SpecError(k, f"unknown field (fields: {', '.join(FIELDS)})")
+            if k in vals:
+                raise SpecError(k, "given twice")
+            choices = CHOICES[k]
+            if isinstance(choices[0], int):
+                if not v.lstrip("-").isdigit():
+                    raise SpecError(k, f"{v!r} is not an integer")
+                v = int(v)
+            if v not in choices:
+                raise SpecError(k, f"{v!r} is not one of {choices}")
+            vals[k] = v
+        if not vals:
+            raise SpecError("spec", "empty spec text")
+        backend = vals.get("backend")
+        family = vals.get("family")
+        if family is None:
+            family = FAMILIES[backend or "triton"][0]
+            vals["family"] = family
+        if backend is None:
+            backend = next((b for b, fams in FAMILIES.items() if family in fams), "triton")
+            vals["backend"] = backend
+        for k, v in PINNED.get(family, {}).items():
+            vals.setdefault(k, v)
+        if family == "wgmma":
+            vals.setdefault("bk", 64)
+        return cls(**vals)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    # ---- derived quantities used by rules and backends ------------------------------------------
+    @property
+    def consumers(self) -> int:
+        """wgmma: consumer warpgroups (one producer warpgroup besides)."""
+        return self.warps // 4 - 1
+
+    def smem_bytes(self) -> int:
+        """Shared memory the kernel needs (estimate for Triton, exact ring size for CUDA)."""
+        ring = self.stages * (self.bm * self.bk + self.bk * self.bn) * 2
+        if self.family == "persistent":
+            return ring + self.bm * (self.bn // self.subtile) * 2   # TMA-store staging tile
+        if self.family == "wgmma":
+            return ring + 1024                                       # mbarriers + 1 KB alignment slack
+        return ring
+
+    def acc_regs_per_thread(self) -> int:
+        threads = self.consumers * 128 if self.family == "wgmma" else self.warps * 32
+        return self.bm * self.bn // max(threads, 1)
+
+
+def mma_warp_layout(bm: int, bn: int, warps: int) -> tuple[int, int]:
+    """How the mma family arranges its warps over the CTA tile (rows, cols): longer side gets more."""
+    if warps == 2:
+        return (2, 1) if bm >= bn else (1, 2)
+    if warps == 4:
+        return (2, 2)
+    return (4, 2) if bm >= bn else (2, 4)
+
+
+# ---- the rules -------------------------------------------------------------------------------------
+# A rule names the fields it reads; the policy's mask applies it as soon as those fields are chosen.
+# `check(s, problem, device)` gets a mapping of field values and returns None or the message.
+Rule = tuple[str, tuple[str, ...], Callable]
+
+
+def _family(s, p, d):
+    if s["family"] not in FAMILIES[s["backend"]]:
+        return f"{s['family']!r} is not a {s['backend']} family (choose from {FAMILIES[s['backend']]})"
+
+
+def _arch(s, p, d):
+    if s["family"] == "wgmma" and d.cc != (9, 0):
+        return f"wgmma needs sm_90a (Hopper); device is sm_{d.cc[0]}{d.cc[1]}"
+    if s["family"] == "persistent" and d.cc < (9, 0):
+        return f"persistent uses TMA, which needs sm_90+; device is sm_{d.cc[0]}{d.cc[1]}"
+    if d.cc < (8, 0):
+        return f"cudal2 kernels need sm_80+; device is sm_{d.cc[0]}{d.cc[1]}"
+
+
+def _pinned(field):
+    def check(s, p, d):
+        want = PINNED.get(s["family"], {}).get(field)
+        if want is not None and s[field] != want:
+            return f"family={s['family']} does not use {field}; it must be {want}"
+    return check
+
+
+def _warps(s, p, d):
+    if s["warps"] not in WARPS[s["family"]]:
+        return f"family={s['family']} takes warps in {WARPS[s['family']]}, got {s['warps']}"
+
+
+def _wgmma_tile(field):
+    def check(s, p, d):
+        if s["family"] == "wgmma" and s[field] not in WGMMA_TILE[field]:
+            return f"wgmma takes {field} in {WGMMA_TILE[field]} (64-row warpgroup MMA, 128-byte swizzle), got {s[field]}"
+    return check
+
+
+def _tile_warps(s, p, d):
+    f, bm, bn, w = s["family"], s["bm"], s["bn"], s["warps"]
+    if f == "wgmma":
+        c = w // 4 - 1
+        if bm % (64 * c):
+            return f"bm={bm} must split into {c} consumer warpgroups of 64-row multiples"
+    elif f == "mma":
+        wm, wn = mma_warp_layout(bm, bn, w)
+        if bm % (16 * wm) or bn % (16 * wn):
+            return f"tile {bm}x{bn} does not split into {wm}x{wn} warps of 16x16 multiples"
+    elif bm * bn < w * 256:
+        return f"tile {bm}x{bn} gives each of {w} warps less than a 16x16 block"
+
+
+def _acc_regs(s, p, d):
+    threads = (s["warps"] // 4 - 1) * 128 if s["family"] == "wgmma" else s["warps"] * 32
+    acc = s["bm"] * s["bn"] // max(threads, 1)
+    if acc > MAX_ACC_REGS:
+        return (f"tile {s['bm']}x{s['bn']} needs {acc} fp32 accumulator registers per thread with "
+                f"warps={s['warps']} (limit {MAX_ACC_REGS}): use more warps or a smaller tile")
+
+
+def _smem(s, p, d):
+    need = KernelSpec(**s).smem_bytes()
+    if need > d.smem_per_block:
+        return (f"stages={s['stages']} with tile {s['bm']}x{s['bn']}x{s['bk']} needs {need} B of shared "
+                f"memory; the device allows {d.smem_per_block} B per block")
+
+
+def _subtile(s, p, d):
+    if s["bn"] % (s["subtile"] * 16):
+        return f"bn={s['bn']} does not split into {s['subtile']} epilogue subtiles of 16-column multiples"
+
+
+def _split_k(s, p, d):
+    ktiles = -(-p.K // s["bk"])
+    if s["split_k"] > ktiles:
+        return f"split_k={s['split_k']} exceeds the {ktiles} K-tiles of K={p.K} with bk={s['bk']}"
+
+
+def _tma_align(s, p, d):
+    if s["family"] in TMA_FAMILIES and (p.K % 8 or p.N % 8):
+        return (f"family={s['family']} uses TMA, which needs 16-byte row strides: N % 8 == 0 and "
+                f"K % 8 == 0, got N={p.N} K={p.K}")
+
+
+def _cluster(s, p, d):
+    if s["cluster"] > 1 and s["family"] != "wgmma":
+        return f"cluster={s['cluster']} is only supported by the wgmma family"
+
+
+RULES: list[Rule] = [
+    ("family", ("backend", "family"), _family),
+    ("family", ("family",), _arch),
+    ("family", ("family",), _tma_align),
+    ("bm", ("family", "bm"), _wgmma_tile("bm")),
+    ("bn", ("family", "bn"), _wgmma_tile("bn")),
+    ("bk", ("family", "bk"), _wgmma_tile("bk")),
+    ("warps", ("family", "warps"), _warps),
+    ("warps", ("family", "bm", "bn", "warps"), _tile_warps),
+    ("warps", ("family", "bm", "bn", "warps"), _acc_regs),
+    ("stages", ("family", "bm", "bn", "bk", "stages", "subtile"), _smem),
+    ("split_k", ("family", "split_k"), _pinned("split_k")),
+    ("split_k", ("bk", "split_k"), _split_k),
+    ("subtile", ("family", "subtile"), _pinned("subtile")),
+    ("subtile", ("bn", "subtile"), _subtile),
+    ("warp_spec", ("family", "warp_spec"), _pinned("warp_spec")),
+    ("cluster", ("family", "cluster"), _pinned("cluster")),
+    ("cluster", ("family", "cluster"), _cluster),
+]
+
+_DEFAULTS = {f.name: f.default for f in fields(KernelSpec)}
+
+
+def violations(spec: KernelSpec | dict, problem: Problem, device: DeviceInfo) -> list[tuple[str, str]]:
+    """Every rule the spec breaks, as (field, message)."""
+    s = spec.to_dict() if isinstance(spec, KernelSpec) else dict(spec)
+    out = []
+    for field, _needs, check in RULES:
+        msg = check(s, problem, device)
+        if msg:
+            out.append((field, msg))
+    return out
+
+
+def validate(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec:
+    """Raise SpecError naming the first field at fault; return the spec if it is valid."""
+    bad = violations(spec, problem, device)
+    if bad:
+        raise SpecError(*bad[0])
+    return spec
+
+
+def is_valid(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> bool:
+    return not violations(spec, problem, device)
+
+
+# ---- masking for field-by-field sampling -----------------------------------------------------------
+def _prefix_ok(s: dict, problem: Problem, device: DeviceInfo) -> bool:
+    """Apply every rule whose fields are all chosen in the partial spec `s`."""
+    full = {**_DEFAULTS, **s}
+    for _field, needs, check in RULES:
+        if all(n in s for n in needs) and check(full, problem, device):
+            return False
+    return True
+
+
+def _completable(s: dict, order: tuple[str, ...], problem: Problem, device: DeviceInfo) -> bool:
+    if not _prefix_ok(s, problem, device):
+        return False
+    if len(s) == len(order):
+        return True
+    nxt = order[len(s)]
+    return any(_completable({**s, nxt: v}, order, problem, device) for v in CHOICES[nxt])
+
+
+def valid_values(prefix: dict, field: str, problem: Problem, device: DeviceInfo,
+                 order: tuple[str, ...] = FIELDS) -> list:
+    """Values of `field` (the next field in `order` after `prefix`) that some valid spec extends.
+
+    This is the policy's action mask: sampling only from these can never reach a dead end, so every
+    sampled spec passes `validate`.
+    """
+    if order[len(prefix)] != field:
+        raise ValueError(f"next field after {list(prefix)} is {order[len(prefix)]}, not {field}")
+    return [v for v in CHOICES[field] if _completable({**prefix, field: v}, order, problem, device)]
+
+
+def enumerate_valid(problem: Problem, device: DeviceInfo, backend: str | None = None,
+                    family: str | None = None) -> Iterable[KernelSpec]:
+    """Every valid spec (optionally of one backend/family), in FIELDS order."""
+    def rec(s):
+        if not _prefix_ok(s, problem, device):
+            return
+        if len(s) == len(FIELDS):
+            yield KernelSpec(**s)
+            return
+        nxt = FIELDS[len(s)]
+        vals = CHOICES[nxt]
+        if nxt == "backend" and backend:
+            vals = (backend,)
+        if nxt == "family" and family:
+            vals = (family,)
+        for v in vals:
+            yield from rec({**s, nxt: v})
+    yield from rec({})
+
+
+# ---- defaults --------------------------------------------------------------------------------------
+# Preferred specs per family, best guess first; the first valid one for a problem is its default.
+# Large tiles for large problems, small ones when M or N is small. Tuned figures live in NOTES.md.
+_PREFERRED = {
+    "tiled": ["bm=128 bn=256 bk=64 warps=8 stages=3 group_m=8", "bm=128 bn=128 bk=64 warps=8 stages=4 group_m=8",
+              "bm=64 bn=128 bk=64 warps=4 stages=4 group_m=8", "bm=64 bn=64 bk=64 warps=4 stages=4 group_m=8",
+              "bm=32 bn=64 bk=64 warps=4 stages=4", "bm=16 bn=64 bk=64 warps=2 stages=4",
+              "bm=16 bn=32 bk=32 warps=2 stages=2"],
+    "persistent": ["bm=128 bn=256 bk=64 warps=8 stages=3 group_m=8 subtile=2",
+                   "bm=128 bn=128 bk=64 warps=8 stages=4 group_m=8 subtile=2",
+                   "bm=64 bn=128 bk=64 warps=4 stages=4 group_m=8", "bm=64 bn=64 bk=64 warps=4 stages=4",
+                   "bm=32 bn=64 bk=64 warps=4 stages=3", "bm=16 bn=64 bk=64 warps=4 stages=3"],
+    "mma": ["bm=128 bn=128 bk=32 warps=8 stages=4 group_m=8", "bm=64 bn=128 bk=32 warps=4 stages=4 group_m=8",
+            "bm=64 bn=64 bk=32 warps=4 stages=4", "bm=32 bn=64 bk=32 warps=2 stages=4",
+            "bm=32 bn=32 bk=32 warps=2 stages=3", "bm=16 bn=32 bk=32 warps=2 stages=3"],
+    "wgmma": ["bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8", "bm=128 bn=128 bk=64 warps=12 stages=5 group_m=8",
+              "bm=64 bn=128 bk=64 warps=8 stages=5 group_m=8", "bm=64 bn=64 bk=64 warps=8 stages=6"],
+}
+
+
+def _fit(problem: Problem, text: str) -> bool:
+    """Skip preferred tiles much larger than the problem (they compute mostly masked lanes)."""
+    s = KernelSpec.parse(text)
+    return s.bm <= max(16, _pow2_ceil(problem.M)) and s.bn <= max(16, _pow2_ceil(problem.N))
+
+
+def _pow2_ceil(x: int) -> int:
+    return 1 << (x - 1).bit_length()
+
+
+def default_spec(family: str, problem: Problem, device: DeviceInfo) -> KernelSpec:
+    """The family's default for a problem: the first preferred spec that is valid and fits."""
+    backend = next(b for b, fams in FAMILIES.items() if family in fams)
+    cands = [KernelSpec.parse(f"backend={backend} family={family} {t}") for t in _PREFERRED[family]]
+    fitting = [c for c in cands if _fit(problem, c.text)] or cands
+    for c in fitting + cands:
+        if is_valid(c, problem, device):
+            return c
+    reasons = "; ".join(f"{f}: {m}" for f, m in violations(cands[-1], problem, device))
+    raise SpecError("family", f"no default {family} spec is valid for {problem}: {reasons}")
+
+
+def with_fields(spec: KernelSpec, **kw) -> KernelSpec:
+    return replace(spec, **kw)
