@@ -223,8 +223,9 @@ def _check_edges(fn, p, dev, gen, sizes, supports) -> CheckResult:
 
 def check_kernel(fn: KernelFn, problem: Problem, device="cuda", *, seed: int = 0,
                  checks: Iterable[str] = CHECKS, edge_sizes: Iterable[int] = EDGE_SIZES,
-                 supports: Callable[[Problem], bool] | None = None) -> CheckReport:
-    """Run the checks; stop at the first failure (a failed kernel gets no further work).
+                 supports: Callable[[Problem], bool] | None = None,
+                 stop_on_fail: bool = True) -> CheckReport:
+    """Run the checks; by default stop at the first failure (a failed kernel gets no more work).
 
     `supports(problem)` says which edge shapes the kernel claims (None: all). An exception from the
     kernel is a failed check with the exception as its reason.
@@ -249,6 +250,6 @@ def check_kernel(fn: KernelFn, problem: Problem, device="cuda", *, seed: int = 0
         except Exception as e:  # a kernel that raises fails the check it was in
             r = CheckResult(name, False, None, None, f"raised {type(e).__name__}: {e}".splitlines()[0][:300])
         report.results.append(r)
-        if not r.passed:
+        if not r.passed and stop_on_fail:
             break
     return report

@@ -70,6 +70,8 @@ def check_cmd(
         fail(str(e))
         return
 
+    if not (interpret or compile_only or gpu_available()):
+        fail("no CUDA GPU here: use --interpret (Triton, small shapes on the CPU) or --compile-only", code=3)
     from .backends import CompileError, get_backend
     be = get_backend(backend)
     if compile_only:
@@ -84,8 +86,6 @@ def check_cmd(
             if k in art.meta:
                 typer.echo(f"{k:<7} {art.meta[k]}")
         return
-    if not interpret and not gpu_available():
-        fail("no CUDA GPU here: use --interpret (Triton, small shapes on the CPU) or --compile-only", code=3)
 
     from .check import check_kernel
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 LAYOUTS = ("nn", "nt")
@@ -76,7 +75,9 @@ class Problem:
 
 
 def _grid_lines() -> list[str]:
-    return resources.files("cudal2").joinpath("data/shapes_1000.txt").read_text().splitlines()
+    # Beside this module (package data), not importlib.resources: editable installs with
+    # package-dir mappings give cudal2 a multiplexed path that resources.files() rejects.
+    return (Path(__file__).parent / "data" / "shapes_1000.txt").read_text().splitlines()
 
 
 def read_shape_file(path: str | Path, layout: str = "nn") -> list[Problem]:

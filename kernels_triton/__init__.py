@@ -1,0 +1,6 @@
+"""Triton HGEMM families, one module each (`tiled`, `persistent`); the backend is cudal2.backends.triton.
+
+Every knob is a `tl.constexpr` of the family's kernel; each module exposes KNOBS (spec field ->
+constexpr name), LAUNCH_OPTIONS, `launch(...)` and an fp32 `reference(...)`.
+"""
+FAMILIES = ("tiled", "persistent")

@@ -1,0 +1,12 @@
+"""The policy that writes KernelSpecs, its GRPO update, the search loop and the replay environment.
+
+  features   context features of a (problem, device)
+  vocab      one token per `field=value` of cudal2.spec.CHOICES, plus special tokens
+  policy     the default policy: a tiny transformer trained from scratch, masked field by field
+  hf_policy  any Hugging Face causal LM from a local path, prompted with the spec grammar
+  grpo       group-relative policy optimisation (clipped ratio, KL to the starting policy)
+  reward     the reward of one Measurement (ARCHITECTURE.md)
+  replay     an evaluator driven by stored measurements (CPU training and tests)
+  search     the search loop and the random / fixed-list baselines
+  efficiency the search-efficiency study of issue 5
+"""

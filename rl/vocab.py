@@ -1,0 +1,55 @@
+"""The policy's vocabulary: one token per `field=value` of cudal2.spec.CHOICES, plus specials.
+
+A spec is exactly len(FIELDS) tokens in FIELDS order (its canonical text split on spaces), so
+token position i always carries field FIELDS[i]; the mask at step i is the set of that field's
+tokens whose values `cudal2.spec.valid_values` allows. The context (problem + device) is not
+tokenised: it enters as one continuous embedding in front of the spec (see policy.py).
+"""
+from __future__ import annotations
+
+from cudal2.spec import CHOICES, FIELDS, KernelSpec
+
+SPECIALS = ("<pad>", "<bos>", "<ctx>")
+
+
+class Vocab:
+    def __init__(self) -> None:
+        self.tokens: list[str] = list(SPECIALS)
+        self.field_tokens: dict[str, list[int]] = {}
+        for f in FIELDS:
+            ids = []
+            for v in CHOICES[f]:
+                ids.append(len(self.tokens))
+                self.tokens.append(f"{f}={v}")
+            self.field_tokens[f] = ids
+        self.index = {t: i for i, t in enumerate(self.tokens)}
+        self.pad, self.bos, self.ctx = (self.index[s] for s in SPECIALS)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def id(self, field: str, value) -> int:
+        try:
+            return self.index[f"{field}={value}"]
+        except KeyError:
+            raise KeyError(f"{field}={value!r} is not in the vocabulary (choices {CHOICES.get(field)})") from None
+
+    def value(self, token_id: int):
+        field, v = self.tokens[token_id].split("=", 1)
+        return CHOICES[field][[str(c) for c in CHOICES[field]].index(v)]
+
+    def encode(self, spec: KernelSpec) -> list[int]:
+        return [self.index[t] for t in spec.tokens()]
+
+    def decode(self, ids: list[int]) -> KernelSpec:
+        if len(ids) != len(FIELDS):
+            raise ValueError(f"a spec is {len(FIELDS)} tokens, got {len(ids)}")
+        vals = {}
+        for f, i in zip(FIELDS, ids):
+            if i not in self.field_tokens[f]:
+                raise ValueError(f"token {self.tokens[i]!r} at the position of field {f}")
+            vals[f] = self.value(i)
+        return KernelSpec(**vals)
+
+
+VOCAB = Vocab()

@@ -1,0 +1,113 @@
+"""KernelSpec text form, the validity rules and the masking they drive."""
+import random
+
+import pytest
+
+from cudal2.device import DeviceInfo
+from cudal2.problems import Problem
+from cudal2.spec import (CHOICES, FIELDS, KernelSpec, SpecError, default_spec, enumerate_valid,
+                         is_valid, valid_values, validate, violations)
+
+H = DeviceInfo.target("sm_90a")
+
+
+def test_text_round_trip_every_family():
+    p = Problem(4096, 4096, 4096)
+    for fam in ("tiled", "persistent", "mma", "wgmma"):
+        s = default_spec(fam, p, H)
+        assert KernelSpec.parse(s.text) == s
+        assert s.text.split()[0] == f"backend={s.backend}"
+        assert [t.split("=")[0] for t in s.tokens()] == list(FIELDS)
+
+
+def test_parse_fills_family_pins_and_backend():
+    s = KernelSpec.parse("family=wgmma bm=128 bn=256 warps=12 stages=4")
+    assert (s.backend, s.warp_spec, s.split_k, s.bk) == ("cuda", 1, 1, 64)
+    assert KernelSpec.parse(s.text) == s
+
+
+@pytest.mark.parametrize("text,field", [
+    ("bm=7", "bm"), ("bogus=1", "bogus"), ("bm=x", "bm"), ("bm=64 bm=64", "bm"),
+    ("bm64", "spec"), ("", "spec"), ("backend=rocm", "backend"),
+])
+def test_parse_errors_name_the_field(text, field):
+    with pytest.raises(SpecError) as e:
+        KernelSpec.parse(text)
+    assert e.value.field == field
+    assert str(e.value).startswith(field + ":")
+
+
+@pytest.mark.parametrize("text,problem,field,needle", [
+    ("backend=triton family=mma", Problem(64, 64, 64), "family", "not a triton family"),
+    ("family=persistent", Problem(64, 17, 64), "family", "N % 8"),
+    ("family=wgmma bm=32 warps=8", Problem(256, 256, 256), "bm", "wgmma takes bm"),
+    ("family=tiled bm=256 bn=256 warps=4", Problem(256, 256, 256), "warps", "accumulator registers"),
+    ("family=tiled bm=256 bn=256 bk=128 warps=8 stages=6", Problem(256, 256, 256), "warps", "accumulator"),
+    ("family=tiled bm=128 bn=256 bk=128 warps=8 stages=6", Problem(256, 256, 256), "stages", "shared memory"),
+    ("family=tiled split_k=16 bk=64", Problem(256, 256, 256), "split_k", "K-tiles"),
+    ("family=tiled subtile=2", Problem(256, 256, 256), "subtile", "does not use subtile"),
+    ("family=mma bm=16 bn=16 warps=8", Problem(256, 256, 256), "warps", "does not split"),
+])
+def test_validation_messages(text, problem, field, needle):
+    s = KernelSpec.parse(text)
+    with pytest.raises(SpecError) as e:
+        validate(s, problem, H)
+    assert e.value.field == field, violations(s, problem, H)
+    assert needle in str(e.value)
+
+
+def test_smem_rule_uses_device_limit():
+    s = KernelSpec.parse("family=tiled bm=128 bn=128 bk=64 warps=8 stages=5")  # 160 KB ring
+    p = Problem(512, 512, 512)
+    assert is_valid(s, p, H)
+    small = DeviceInfo.target("sm_86")   # 99 KB per block
+    assert any(f == "stages" for f, _ in violations(s, p, small))
+
+
+def _sample(problem, rng):
+    prefix = {}
+    for f in FIELDS:
+        vals = valid_values(prefix, f, problem, H)
+        assert vals, f"dead end at {f} after {prefix}"
+        prefix[f] = rng.choice(vals)
+    return KernelSpec(**prefix)
+
+
+def test_masked_sampling_never_yields_an_invalid_spec():
+    rng = random.Random(0)
+    sizes = [1, 7, 17, 64, 100, 1000, 3000, 4096]
+    for _ in range(300):
+        p = Problem(rng.choice(sizes), rng.choice(sizes), rng.choice(sizes), rng.choice(["nn", "nt"]))
+        s = _sample(p, rng)
+        assert is_valid(s, p, H), (s.text, p, violations(s, p, H))
+
+
+def test_mask_excludes_exactly_the_values_with_no_valid_completion():
+    p = Problem(100, 17, 1000)          # N % 8 != 0: no TMA families
+    fams = valid_values({"backend": "cuda"}, "family", p, H)
+    assert fams == ["mma"]
+    assert valid_values({"backend": "triton"}, "family", p, H) == ["tiled"]
+    # wgmma tiles only where a valid spec exists
+    q = Problem(4096, 4096, 4096)
+    assert valid_values({"backend": "cuda", "family": "wgmma"}, "bm", q, H) == [64, 128, 256]
+
+
+def test_enumerate_valid_agrees_with_validate():
+    p = Problem(64, 128, 200, "nt")
+    specs = list(enumerate_valid(p, H, backend="cuda"))
+    assert specs and all(is_valid(s, p, H) for s in specs)
+    assert len({s.text for s in specs}) == len(specs)   # canonical: no duplicates
+    # every pinned field really is pinned
+    assert all(s.subtile == 1 and s.cluster == 1 for s in specs if s.family == "mma")
+
+
+def test_default_spec_fits_small_problems():
+    s = default_spec("tiled", Problem(16, 64, 64), H)
+    assert s.bm <= 16 and is_valid(s, Problem(16, 64, 64), H)
+    with pytest.raises(SpecError):
+        default_spec("wgmma", Problem(64, 17, 64), H)
+
+
+def test_choices_cover_every_field():
+    assert set(CHOICES) == set(FIELDS)
+    assert all(getattr(KernelSpec(), f) in CHOICES[f] for f in FIELDS)
