@@ -58,7 +58,7 @@ def tiled_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, M, N, K,
     k_tiles = tl.cdiv(K, BK)
     per_split = tl.cdiv(k_tiles, SPLIT_K)
     k_first = pid_k * per_split
-    k_last = min(k_first + per_split, k_tiles)
+    k_last = min(k_first + per_split, k_tiles)    # the last split may hold fewer (or no) tiles
     a_ptrs = a_ptr + offs_am[:, None] * stride_am + (k_first * BK + offs_k)[None, :] * stride_ak
     b_ptrs = b_ptr + (k_first * BK + offs_k)[:, None] * stride_bk + offs_bn[None, :] * stride_bn
 
@@ -132,7 +132,7 @@ def launch(a, b, c, layout: str, constexprs: dict, options: dict, stream_key=Non
                     **constexprs, **options)
     if split > 1:
         splitk_reduce_kernel[(triton.cdiv(M * N, REDUCE_BLOCK),)](
-            ws, c, M, N, c.stride(0), c.stride(1), SPLIT_K=split, BLOCK=REDUCE_BLOCK, num_warps=4)
+            ws, c, M, N, c.stride(0), c.stride(1), SPLIT_K=split, BLOCK=REDUCE_BLOCK, num_warps=4, enable_fp_fusion=True)
 
 
 def reference(a: torch.Tensor, b: torch.Tensor, layout: str) -> torch.Tensor:

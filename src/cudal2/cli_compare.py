@@ -1,5 +1,326 @@
-"""`cudal2 compare`: placeholder until its issue lands (registers nothing)."""
+"""`cudal2 compare`: cudal2's kernel (or none) beside the five baselines, by the PROTOCOL clock.
+
+  cudal2 compare [--shapes grid|grid:N|FILE|MxNxK,...] [--layout nn|nt] [--mode offline|server|both]
+                 [--baselines LIST] [--registry PATH | --spec TEXT] [--csv F] [--json F] [--plot F.png]
+
+Per shape: fresh randn inputs, the fp32 reference once, every baseline checked against it (and the
+cudal2 kernel through check_kernel), then all candidates timed together (interleaved) in each mode,
+plus each one's eager host latency. `measure_shape` and `summaries` are the machinery that
+bench/grid_baselines.py reuses.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import typer
+
+from .report import MODES, primary
+
+STATS = ("median_us", "mean_us", "p50_us", "p99_us", "min_us", "spread", "n")
+
+
+@dataclass
+class Config:
+    min_calls: int = 30
+    min_ms: float = 100.0
+    server_calls: int = 50
+    gap_ms: float = 2.0
+    eager_calls: int = 200
+    eager_ms: float = 20.0       # cap on eager's wall time per candidate (it shows host cost, not GPU)
+    tune_calls: int = 5
+    retune: bool = False
+    seed: int = 0
+
+
+def _flops_class(p) -> str:
+    from .stats import flop_class
+    return flop_class(p.flops)
+
+
+def kernel_source(spec_text: Optional[str], registry: Optional[str], device) -> Callable | None:
+    """Returns problem -> (kernel | None, status), or None when compare runs baselines only."""
+    from .backends import build_kernel
+    from .check import check_kernel
+    from .spec import KernelSpec, SpecError, validate
+    if spec_text is None and registry is None:
+        return None
+    if spec_text is not None:
+        spec = KernelSpec.parse(spec_text)
+        lookup = lambda p: spec  # noqa: E731
+    else:
+        try:
+            from .registry import Registry
+        except ImportError as e:
+            raise RuntimeError(f"--registry needs cudal2.registry, which failed to import ({e})") from None
+        reg = Registry.load(registry)
+
+        def lookup(p):
+            e = reg.lookup(p, device.key)
+            return KernelSpec.parse(e.spec) if e is not None and e.spec else None
+
+    def get(problem):
+        spec = lookup(problem)
+        if spec is None:
+            return None, "unavailable: the registry has no cudal2 kernel for this shape and device"
+        try:
+            validate(spec, problem, device)
+            kernel = build_kernel(spec, problem, device)
+        except SpecError as e:
+            return None, f"unavailable: spec not valid here ({e})"
+        except Exception as e:  # CompileError / LaunchError: reported per shape, the run goes on
+            return None, f"invalid: build failed ({str(e).splitlines()[0][:200]})"
+        # Edges are other shapes than the one being timed; check_kernel's other five run here.
+        rep = check_kernel(kernel, problem, "cuda", checks=("random", "exact", "poison", "guard", "fresh"))
+        if not rep.passed:
+            return None, f"invalid: {rep.reason}"
+        return kernel, "ok"
+    return get
+
+
+def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, device="cuda") -> dict:
+    """One row (report.py's columns) for one problem. `device` is "cuda" but for CPU tests."""
+    import torch
+    from . import baselines, timing
+    from .check import reference
+    gen = torch.Generator(device=device).manual_seed(cfg.seed)
+    a = torch.randn(problem.M, problem.K, device=device, dtype=torch.float16, generator=gen)
+    b = torch.randn(*problem.b_shape(), device=device, dtype=torch.float16, generator=gen)
+    c = torch.empty(problem.M, problem.N, device=device, dtype=torch.float16)
+    ref = reference(a, b, problem.layout)
+    reasons: dict[str, str] = {}
+    fns = baselines.prepare(names, problem, a, b, c, ref=ref, reasons=reasons,
+                            tune_calls=cfg.tune_calls, retune=cfg.retune)
+    del ref
+    row: dict = {"shape": problem.shape, "M": problem.M, "N": problem.N, "K": problem.K,
+                 "layout": problem.layout, "gflop": problem.flops / 1e9, "class": _flops_class(problem),
+                 "floor_us": timing.roofline_us(problem, peak)}
+    cands = list(names)
+    if kernel_for is not None:
+        cands.append("cudal2")
+        kernel, status = kernel_for(problem)
+        if kernel is not None:
+            c2 = torch.empty_like(c)
+            fns["cudal2"] = lambda: kernel(a, b, c2)
+        else:
+            reasons["cudal2"] = status
+    for n in cands:
+        row[f"status_{n}"] = "ok" if n in fns else reasons.get(n, "unavailable")
+    if not fns:
+        return row
+    for mode in modes:
+        if mode == "offline":
+            st = timing.offline(fns, min_calls=cfg.min_calls, min_ms=cfg.min_ms)
+        else:
+            st = timing.server(fns, calls=cfg.server_calls, gap_ms=cfg.gap_ms, seed=cfg.seed)
+        for n, s in st.items():
+            for k in STATS:
+                row[f"{mode}_{n}_{k}"] = getattr(s, k)
+        _ratios(row, mode, list(st), names)
+    est = {n: row.get(f"offline_{n}_median_us") or row.get(f"server_{n}_median_us") for n in fns}
+    for n, fn in fns.items():
+        calls = max(10, min(cfg.eager_calls, math.ceil(cfg.eager_ms * 1000.0 / max(est[n] or 1.0, 1.0))))
+        row[f"eager_{n}_us"] = timing.eager(fn, calls=calls).median_us
+    return row
+
+
+def _ratios(row: dict, mode: str, timed: list[str], names) -> None:
+    key = primary(mode)
+    t = {n: row[f"{mode}_{n}_{key}"] for n in timed}
+    base = [n for n in timed if n in names]
+    if base:
+        best = min(base, key=lambda n: t[n])
+        row[f"{mode}_best_cublas"] = best
+        row[f"{mode}_best_cublas_us"] = t[best]
+        for n in timed:
+            row[f"{mode}_{n}_vs_best"] = t[best] / t[n]
+    for n in timed:
+        row[f"{mode}_{n}_roofline"] = row["floor_us"] / t[n]
+    if "cudal2" in t:
+        for n in base:
+            row[f"{mode}_cudal2_speedup_{n}"] = t[n] / t["cudal2"]
+
+
+def summaries(rows, modes, names) -> dict:
+    """Per mode: each baseline vs best-cublas, and cudal2 vs best-cublas and vs each baseline,
+    each as the summary over all shapes and per work class."""
+    from .stats import summarize_by_class
+    flops = {r["shape"]: r["gflop"] * 1e9 for r in rows}
+    out: dict = {}
+    for mode in modes:
+        comps = {f"{n} vs best-cublas": f"{mode}_{n}_vs_best" for n in names}
+        comps["cudal2 vs best-cublas"] = f"{mode}_cudal2_vs_best"
+        comps.update({f"cudal2 vs {n}": f"{mode}_cudal2_speedup_{n}" for n in names})
+        res = {}
+        for label, col in comps.items():
+            sp = {r["shape"]: r[col] for r in rows if r.get(col) is not None}
+            if sp:
+                res[label] = {k: (v.to_dict() if v else None) for k, v in summarize_by_class(sp, flops).items()}
+        out[mode] = res
+    return out
+
+
+def summary_lines(summ: dict) -> list[str]:
+    from .stats import Summary
+    lines = []
+    for mode, comps in summ.items():
+        for label, by in comps.items():
+            if by.get("all"):
+                lines.append(f"[{mode}] " + Summary(**by["all"]).line(label))
+    return lines
+
+
+def _table(rows, mode, names, has_kernel):
+    from rich.table import Table
+    key = primary(mode)
+    t = Table(title=f"{mode} ({'median' if mode == 'offline' else 'mean'} GPU µs per call)")
+    t.add_column("shape")
+    cands = list(names) + (["cudal2"] if has_kernel else [])
+    for n in cands:
+        t.add_column(n, justify="right")
+    t.add_column("best-cublas")
+    if has_kernel:
+        t.add_column("cudal2/best", justify="right")
+    t.add_column("floor/best", justify="right")
+    if has_kernel:
+        t.add_column("floor/cudal2", justify="right")
+    t.add_column(f"eager {'cudal2' if has_kernel else 'torch'} µs", justify="right")
+    fmt = lambda v, f="{:.2f}": "-" if v is None else f.format(v)  # noqa: E731
+    for r in rows:
+        cells = [f"{r['shape']}:{r['layout']}"] + [fmt(r.get(f"{mode}_{n}_{key}")) for n in cands]
+        cells.append(r.get(f"{mode}_best_cublas", "-"))
+        if has_kernel:
+            cells.append(fmt(r.get(f"{mode}_cudal2_vs_best"), "{:.3f}x"))
+        best = r.get(f"{mode}_best_cublas")
+        cells.append(fmt(r.get(f"{mode}_{best}_roofline") if best else None, "{:.0%}"))
+        if has_kernel:
+            cells.append(fmt(r.get(f"{mode}_cudal2_roofline"), "{:.0%}"))
+        cells.append(fmt(r.get(f"eager_{'cudal2' if has_kernel else 'torch'}_us")))
+        t.add_row(*cells)
+    return t
+
+
+def parse_baselines(text: str) -> tuple[str, ...]:
+    from .baselines import NAMES
+    from .cli import UserError
+    if text.strip() == "all":
+        return NAMES
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if n not in NAMES]
+    if bad or not names:
+        raise UserError(f"--baselines: {bad[0] if bad else text!r} is not a baseline (choose from all, {', '.join(NAMES)})")
+    return names
+
+
+def parse_modes(mode: str) -> tuple[str, ...]:
+    from .cli import UserError
+    if mode == "both":
+        return MODES
+    if mode not in MODES:
+        raise UserError(f"--mode {mode!r}: choose offline, server or both")
+    return (mode,)
+
+
+def compare_cmd(
+    shapes: str = typer.Option("grid:50", "--shapes", help="grid | grid:N (every N-th) | FILE | MxNxK,..."),
+    layout: str = typer.Option("nn", "--layout", help="nn (B is [K,N]) or nt (B is [N,K])"),
+    mode: str = typer.Option("offline", "--mode", help="offline, server or both"),
+    baselines_arg: str = typer.Option("all", "--baselines", help="all or a comma list of baselines"),
+    registry: Optional[str] = typer.Option(None, "--registry", help="time the registry's kernel per shape"),
+    spec: Optional[str] = typer.Option(None, "--spec", help="time this kernel spec (key=value ...)"),
+    csv_path: Optional[str] = typer.Option(None, "--csv", help="write every figure as CSV"),
+    json_path: Optional[str] = typer.Option(None, "--json", help="write every figure as JSON"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="heatmap PNG (a _dist PNG is written beside)"),
+    min_calls: int = typer.Option(30, "--min-calls", help="offline: at least this many calls per candidate"),
+    min_ms: float = typer.Option(100.0, "--min-ms", help="offline: at least this much GPU time per candidate"),
+    server_calls: int = typer.Option(50, "--server-calls", help="server: calls per candidate"),
+    gap_ms: float = typer.Option(2.0, "--gap-ms", help="server: mean idle gap before each call"),
+    tune_calls: int = typer.Option(5, "--tune-calls", help="cublaslt-autotune: timed calls per candidate"),
+    retune: bool = typer.Option(False, "--retune", help="cublaslt-autotune: ignore the on-disk choice"),
+    remeasure: bool = typer.Option(False, "--remeasure-roofline", help="measure P, BW and launch again"),
+    table: bool = typer.Option(True, "--table/--no-table", help="print the per-shape tables"),
+) -> None:
+    """Time cudal2's kernel (or none) beside torch, cuBLAS and cuBLASLt; print and save the figures."""
+    from .cli import UserError, fail
+    from .problems import ProblemError, parse_shapes
+    from .spec import KernelSpec, SpecError
+    try:
+        if layout not in ("nn", "nt"):
+            raise UserError(f"--layout {layout!r}: choose nn or nt")
+        modes = parse_modes(mode)
+        names = parse_baselines(baselines_arg)
+        problems = parse_shapes(shapes, layout)
+        if not problems:
+            raise UserError(f"--shapes {shapes!r} names no shapes")
+        if spec is not None and registry is not None:
+            raise UserError("give --spec or --registry, not both")
+        if spec is not None:
+            KernelSpec.parse(spec)
+        if plot and not plot.lower().endswith((".png", ".pdf", ".svg")):
+            raise UserError(f"--plot {plot!r}: give a .png, .pdf or .svg file name")
+        if min_calls < 1 or server_calls < 1 or tune_calls < 1 or min_ms < 0 or gap_ms < 0:
+            raise UserError("--min-calls, --server-calls and --tune-calls must be >= 1; --min-ms, --gap-ms >= 0")
+    except (UserError, ProblemError, SpecError) as e:
+        fail(str(e))
+        return
+    from .device import current, gpu_available
+    if not gpu_available():
+        fail("no CUDA GPU here: compare times kernels on a GPU (torch.cuda.is_available() is False)", code=3)
+    cfg = Config(min_calls=min_calls, min_ms=min_ms, server_calls=server_calls, gap_ms=gap_ms,
+                 tune_calls=tune_calls, retune=retune)
+    device = current()
+    try:
+        kernel_for = kernel_source(spec, registry, device)
+    except Exception as e:
+        fail(str(e).splitlines()[0])
+        return
+    rows, summ, meta = run(problems, names, modes, cfg, kernel_for, remeasure=remeasure)
+    from rich.console import Console
+    con = Console()
+    if table:
+        for m in modes:
+            con.print(_table(rows, m, names, kernel_for is not None))
+    for line in summary_lines(summ):
+        con.print(line)
+    save(rows, summ, meta, csv_path, json_path, plot, modes)
+
+
+def run(problems, names, modes, cfg: Config, kernel_for=None, *, remeasure=False, on_row=None,
+        progress=True):
+    """All shapes, with a rich progress bar; returns rows, summaries and meta (versions, config, peak)."""
+    from dataclasses import asdict
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .report import versions
+    from .timing import get_peak
+    peak = get_peak(force=remeasure)
+    rows = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=not progress) as bar:
+        task = bar.add_task("compare", total=len(problems))
+        for p in problems:
+            bar.update(task, description=f"compare {p}")
+            row = measure_shape(p, names, cfg, modes, peak, kernel_for)
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+            bar.advance(task)
+    meta = {"versions": versions(), "config": {**asdict(cfg), "modes": list(modes), "baselines": list(names)},
+            "peak": peak.to_dict()}
+    return rows, summaries(rows, modes, names), meta
+
+
+def save(rows, summ, meta, csv_path, json_path, plot, modes) -> None:
+    from .report import write_csv, write_json, write_plots
+    if csv_path:
+        write_csv(csv_path, rows, meta)
+    if json_path:
+        write_json(json_path, rows, meta, summ)
+    if plot:
+        write_plots(rows, plot, modes)
 
 
 def register(app) -> None:
-    return None
+    app.command("compare")(compare_cmd)

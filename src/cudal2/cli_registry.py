@@ -1,5 +1,186 @@
-"""`cudal2 registry`: placeholder until its issue lands (registers nothing)."""
+"""`cudal2 registry list|show|verify|export` and `cudal2 problems`.
+
+  cudal2 registry list   [--registry PATH] [--device KEY] [--json]
+  cudal2 registry show   PROBLEM [--device KEY] [--registry PATH] [--json]
+  cudal2 registry verify [--registry PATH] [--gpu/--no-gpu] [--render]   exit 1 naming each bad entry
+  cudal2 registry export DIR [--registry PATH] [--device KEY]
+  cudal2 problems --hf-config config.json --tokens 1,16,128,2048 [--layout nt] [--json]
+
+--registry defaults to $CUDAL2_REGISTRY, else the registry shipped in the package.
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+_REG_OPT = typer.Option(None, "--registry", help="registry root (default: $CUDAL2_REGISTRY, else the shipped one)")
+_DEV_OPT = typer.Option(None, "--device", help="device key, e.g. h200-sm90 (default: every device)")
+
+
+def _load(path):
+    from .cli import fail
+    from .registry import Registry, RegistryError
+    try:
+        return Registry.load(path)
+    except RegistryError as e:
+        fail(str(e))
+
+
+_QUIET = {"split_k=1", "subtile=1", "warp_spec=0", "cluster=1"}
+
+
+def _fmt(x, spec="{:.2f}"):
+    return "-" if x is None else spec.format(x)
+
+
+def list_cmd(registry: Optional[str] = _REG_OPT, device: Optional[str] = _DEV_OPT,
+             as_json: bool = typer.Option(False, "--json", help="print entries as JSON")) -> None:
+    """List entries with their times and speedups over best-cuBLAS and torch."""
+    reg = _load(registry)
+    ents = reg.all(device)
+    if as_json:
+        typer.echo(json.dumps([e.to_dict() for e in ents], indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"cudal2 registry {reg.root}" + (" (shipped)" if reg.shipped else ""))
+    for col in ("device", "problem", "backend", "spec", "kernel µs", "best cuBLAS", "vs best", "vs torch"):
+        t.add_column(col, justify="right" if col in ("kernel µs", "vs best", "vs torch") else "left")
+    for e in ents:
+        # The backend has its own column, and knobs at their off value only widen the table.
+        spec = " ".join(tok for tok in e.spec.split() if not tok.startswith("backend=") and tok not in _QUIET)
+        t.add_row(e.device, e.problem, e.backend, spec, _fmt(e.time_us),
+                  f"{e.best_cublas or '-'} {_fmt(e.best_cublas_us)}", _fmt(e.speedup(), "{:.3f}x"),
+                  _fmt(e.speedup("torch"), "{:.3f}x"))
+    Console().print(t)
+    typer.echo(f"{len(ents)} entries" + (f"; {len(reg.bad)} refused at load" if reg.bad else ""))
+
+
+def show_cmd(problem: str = typer.Argument(..., help="MxNxK[:layout], e.g. 4096x4096x4096:nt"),
+             layout: str = typer.Option("nn", "--layout", help="layout when PROBLEM has none"),
+             registry: Optional[str] = _REG_OPT, device: Optional[str] = _DEV_OPT,
+             as_json: bool = typer.Option(False, "--json", help="print the entry as JSON")) -> None:
+    """Show one entry and its source."""
+    from .cli import fail
+    from .problems import Problem
+    from .registry import RegistryError
+    reg = _load(registry)
+    p = Problem.parse(problem, None if ":" in problem else layout)
+    hits = [e for e in reg.all(device) if e.problem == p.text]
+    if not hits:
+        fail(f"no entry for {p}" + (f" on {device}" if device else "") + f" in {reg.root}", code=1)
+    refused = False
+    for e in hits:
+        try:
+            src = None if e.backend == "cublas" else reg.read_source(e)
+            err = None
+        except RegistryError as x:
+            src, err, refused = None, str(x), True
+        if as_json:
+            typer.echo(json.dumps({**e.to_dict(), "source_text": src, "error": err}, indent=1))
+            continue
+        from rich.console import Console
+        from rich.syntax import Syntax
+        con = Console()
+        con.print(f"[bold]{e.key}[/bold]  backend={e.backend}")
+        for k in ("spec", "source", "sha256", "time_us", "best_cublas", "best_cublas_us"):
+            con.print(f"  {k}: {getattr(e, k)}")
+        con.print(f"  speedup vs best-cublas: {_fmt(e.speedup(), '{:.3f}x')}")
+        for name, us in sorted(e.baselines_us.items()):
+            con.print(f"  baseline {name}: {_fmt(us)} µs ({_fmt(e.speedup(name), '{:.3f}x')})")
+        if e.check:
+            con.print(f"  check: passed={e.check.get('passed')} {e.check.get('reason', '')}")
+        if e.versions:
+            con.print("  versions: " + ", ".join(f"{k}={v}" for k, v in sorted(e.versions.items())))
+        if err:
+            con.print(f"[red]refused: {err}[/red]")
+        elif src is not None:
+            con.print(Syntax(src, "python" if e.backend == "triton" else "cpp", line_numbers=True))
+    if refused:      # a refused entry is a failure even when shown
+        raise typer.Exit(1)
+
+
+def verify_cmd(registry: Optional[str] = _REG_OPT,
+               gpu: Optional[bool] = typer.Option(None, "--gpu/--no-gpu", help="re-run the checker (default: if a GPU is visible)"),
+               render: bool = typer.Option(False, "--render", help="also re-render each spec and compare hashes")) -> None:
+    """Re-hash every entry's source (and with a GPU re-run the checker); exit 1 naming any bad one."""
+    from .cli import fail
+    from .registry import RegistryError
+    reg = _load(registry)
+    try:
+        res = reg.verify(gpu=gpu, render=render)
+    except RegistryError as e:
+        fail(str(e))
+        return
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"verify {reg.root}")
+    for col in ("entry", "result", "detail"):
+        t.add_column(col)
+    for r in res:
+        t.add_row(r.entry, "[green]ok[/green]" if r.ok else "[red]BAD[/red]", r.reason)
+    Console().print(t)
+    bad = [r for r in res if not r.ok]
+    for r in bad:
+        typer.echo(f"bad entry {r.entry}: {r.reason}", err=True)
+    typer.echo(f"{len(res) - len(bad)} ok, {len(bad)} bad")
+    if bad:
+        raise typer.Exit(1)
+
+
+def export_cmd(dest: str = typer.Argument(..., help="directory to write (index.json + sources)"),
+               registry: Optional[str] = _REG_OPT, device: Optional[str] = _DEV_OPT) -> None:
+    """Export a standalone registry directory (usable as --registry / $CUDAL2_REGISTRY)."""
+    from .cli import fail
+    from .registry import Registry, RegistryError
+    reg = _load(registry)
+    try:
+        out = reg.export(dest, device)
+    except RegistryError as e:
+        fail(str(e), code=1)
+        return
+    typer.echo(f"exported {len(Registry.load(out).all())} entries to {out}")
+
+
+def problems_cmd(hf_config: str = typer.Option(..., "--hf-config", help="a Hugging Face config.json (read locally)"),
+                 tokens: str = typer.Option("1,16,128,2048", "--tokens", help="comma-separated token counts (M)"),
+                 layout: str = typer.Option("nt", "--layout", help="nt (nn.Linear weights) or nn"),
+                 as_json: bool = typer.Option(False, "--json", help="print a JSON list")) -> None:
+    """List the GEMM problems of a model's linear layers, one MxNxK:layout per line (a --shapes file)."""
+    from .cli import fail
+    from .problems import ProblemError, problems_from_hf_config
+    try:
+        toks = [int(t) for t in tokens.split(",") if t.strip()]
+    except ValueError:
+        fail(f"--tokens {tokens!r}: give comma-separated integers, e.g. 1,16,128")
+        return
+    if not toks or min(toks) < 1:
+        fail(f"--tokens {tokens!r}: give at least one token count >= 1")
+    try:
+        probs = problems_from_hf_config(hf_config, toks, layout)
+    except FileNotFoundError:
+        fail(f"--hf-config {hf_config}: no such file")
+        return
+    except json.JSONDecodeError as e:
+        fail(f"--hf-config {hf_config}: not valid JSON: {e}")
+        return
+    except (ProblemError, ValueError, TypeError) as e:
+        fail(f"--hf-config {hf_config}: {e}")
+        return
+    if as_json:
+        typer.echo(json.dumps([p.text for p in probs]))
+    else:
+        for p in probs:
+            typer.echo(p.text)
 
 
 def register(app) -> None:
-    return None
+    reg_app = typer.Typer(no_args_is_help=True, help="Inspect, verify and export the kernel registry.")
+    reg_app.command("list")(list_cmd)
+    reg_app.command("show")(show_cmd)
+    reg_app.command("verify")(verify_cmd)
+    reg_app.command("export")(export_cmd)
+    app.add_typer(reg_app, name="registry")
+    app.command("problems")(problems_cmd)

@@ -83,6 +83,7 @@ class Summary:
     best: float
     best_shape: str
     share_faster: float      # fraction of shapes with speedup > 1
+    share_not_slower: float  # speedup >= 1: for a baseline against best-cublas, how often it *is* the best
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,7 +91,8 @@ class Summary:
     def line(self, label: str) -> str:
         return (f"{label}: geomean {self.geomean:.3f}x, mean {self.mean:.3f}x, worst {self.worst:.3f}x "
                 f"({self.worst_shape}), best {self.best:.3f}x ({self.best_shape}), "
-                f"faster on {100 * self.share_faster:.0f}% of {self.n} shapes")
+                f"faster on {100 * self.share_faster:.0f}%, not slower on {100 * self.share_not_slower:.0f}% "
+                f"of {self.n} shapes")
 
 
 def summarize(speedups: Mapping[str, float]) -> Summary | None:
@@ -103,7 +105,8 @@ def summarize(speedups: Mapping[str, float]) -> Summary | None:
     best = max(items, key=lambda kv: kv[1])
     return Summary(n=len(vals), geomean=geomean(vals), mean=sum(vals) / len(vals), worst=worst[1],
                    worst_shape=worst[0], best=best[1], best_shape=best[0],
-                   share_faster=sum(v > 1.0 for v in vals) / len(vals))
+                   share_faster=sum(v > 1.0 for v in vals) / len(vals),
+                   share_not_slower=sum(v >= 1.0 for v in vals) / len(vals))
 
 
 def summarize_by_class(speedups: Mapping[str, float], flops: Mapping[str, float]) -> dict[str, Summary | None]:

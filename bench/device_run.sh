@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One device call = one run of this script: install from the tree, then the named stages, with
+# every log under $OUT (at most 8 files come back). Stages: info tests bench baselines generate.
+#   bash bench/device_run.sh info tests bench
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 -m pip install -q -e . --no-deps --no-build-isolation >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+for stage in "$@"; do
+  echo "=== $stage $(date +%T)"
+  case "$stage" in
+    info)
+      { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+        python3 -c "import torch,triton;from cudal2.device import current;print(torch.__version__,triton.__version__,current())"
+      } 2>&1 | tee "$OUT/info.txt" ;;
+    tests)
+      timeout 300 python3 -m pytest -q -x -m gpu tests 2>&1 | tail -60 | tee "$OUT/gpu_tests.txt" ;;
+    tests-all)
+      timeout 300 python3 -m pytest -q -m gpu tests 2>&1 | tail -80 | tee "$OUT/gpu_tests.txt" ;;
+    bench)
+      timeout 420 python3 bench/families.py --out "$OUT/h200" --max-seconds 360 2>&1 | tail -50 ;;
+    *)
+      echo "unknown stage $stage" ;;
+  esac
+done

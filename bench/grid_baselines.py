@@ -1,0 +1,122 @@
+"""The five baselines over the 1000-shape grid, offline and server, by compare's own machinery.
+
+  python3 bench/grid_baselines.py [--start I] [--count N] [--time-limit S] [--out DIR] [--finish]
+
+Writes bench/results/<device key>/baselines_grid.{csv,json} and the plots (heatmaps of each
+baseline against best-cublas per K, the ratio distributions), with the wall time every chunk took.
+
+One device call may run at most 10 minutes, so the run is resumable: each measured shape is
+appended to baselines_grid.rows.jsonl at once, shapes already there are skipped, and the loop stops
+cleanly before --time-limit. Run it again until it says the grid is complete; each run rewrites the
+CSV/JSON/plots from all rows so far.
+
+To fit the grid (1000 shapes x 4 candidates a layout x 2 modes) in ~10 minutes of one H200, this
+script uses smaller budgets than compare's defaults, named on the command line and stored in the
+JSON's config: offline >= 30 calls and >= 15 ms per candidate (compare: 100 ms), server 20 calls
+(compare: 50), eager at most 10 ms per candidate, autotune 3 timed calls per heuristic candidate.
+A model from data/h200_torch_matmul.csv (the grid's torch times, ~15 µs of host per call) puts this
+at ~6-8 minutes: server mode is the floor (1000 shapes x 4 candidates x 20 calls x 2 ms gaps = 160 s).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layout", default="nn", choices=("nn", "nt"))
+    ap.add_argument("--start", type=int, default=0, help="first grid index of this chunk")
+    ap.add_argument("--count", type=int, default=None, help="shapes in this chunk (default: to the end)")
+    ap.add_argument("--time-limit", type=float, default=540.0, help="stop before this many seconds")
+    ap.add_argument("--out", default=None, help="results folder (default bench/results/<device key>)")
+    ap.add_argument("--min-ms", type=float, default=15.0)
+    ap.add_argument("--min-calls", type=int, default=30)
+    ap.add_argument("--server-calls", type=int, default=20)
+    ap.add_argument("--eager-ms", type=float, default=10.0)
+    ap.add_argument("--tune-calls", type=int, default=3)
+    ap.add_argument("--finish", action="store_true", help="only rewrite CSV/JSON/plots from the rows so far")
+    args = ap.parse_args(argv)
+
+    from cudal2.baselines import NAMES
+    from cudal2.cli_compare import Config, measure_shape, summaries, summary_lines
+    from cudal2.device import current, gpu_available
+    from cudal2.problems import grid
+    from cudal2.report import MODES, versions, write_csv, write_json, write_plots
+    from cudal2.timing import Peak, get_peak
+
+    gpu = gpu_available()
+    if not gpu and not (args.finish and args.out):
+        print("error: no CUDA GPU here: the grid benchmark needs one (or --finish --out DIR to rewrite "
+              "the files from measured rows)", file=sys.stderr)
+        return 3
+    t0 = time.monotonic()
+    out = Path(args.out) if args.out else ROOT / "bench" / "results" / current().key
+    out.mkdir(parents=True, exist_ok=True)
+    jl = out / "baselines_grid.rows.jsonl"
+    runs_path = out / "baselines_grid.runs.json"
+    rows = [json.loads(x) for x in jl.read_text().splitlines() if x.strip()] if jl.exists() else []
+    have = {(r["shape"], r["layout"]) for r in rows}
+    problems = grid(args.layout)
+    chunk = problems[args.start: None if args.count is None else args.start + args.count]
+    todo = [p for p in chunk if (p.shape, p.layout) not in have]
+    cfg = Config(min_calls=args.min_calls, min_ms=args.min_ms, server_calls=args.server_calls,
+                 eager_ms=args.eager_ms, tune_calls=args.tune_calls)
+    old_json = out / "baselines_grid.json"
+    if gpu:
+        peak = get_peak().to_dict()
+    elif old_json.exists():   # --finish on a CPU: keep what the GPU run recorded
+        old = json.loads(old_json.read_text())
+        peak = old.get("peak", {})
+    else:
+        peak = {}
+    done = 0
+    if not args.finish:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        with jl.open("a") as f, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                          TimeElapsedColumn()) as bar:
+            task = bar.add_task("grid", total=len(todo))
+            for p in todo:
+                if time.monotonic() - t0 > args.time_limit:
+                    break
+                bar.update(task, description=f"grid {p}")
+                row = measure_shape(p, NAMES, cfg, MODES, Peak(**peak))
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                rows.append(row)
+                done += 1
+                bar.advance(task)
+    wall = time.monotonic() - t0
+    runs = json.loads(runs_path.read_text()) if runs_path.exists() else []
+    if done:
+        runs.append({"start": args.start, "count": args.count, "shapes": done, "wall_s": round(wall, 1),
+                     "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        runs_path.write_text(json.dumps(runs, indent=1))
+    order = {(p.shape, p.layout): i for i, p in enumerate(problems)}
+    rows.sort(key=lambda r: order.get((r["shape"], r["layout"]), len(order)))
+    complete = all((p.shape, p.layout) in {(r["shape"], r["layout"]) for r in rows} for p in problems)
+    vers = versions() if gpu else json.loads(old_json.read_text()).get("versions", {}) if old_json.exists() else {}
+    meta = {"versions": vers, "config": {**asdict(cfg), "modes": list(MODES), "baselines": list(NAMES),
+                                              "layout": args.layout},
+            "peak": peak, "runs": runs, "wall_s_total": round(sum(r["wall_s"] for r in runs), 1),
+            "complete": complete, "shapes": len(rows)}
+    summ = summaries(rows, MODES, NAMES)
+    write_csv(out / "baselines_grid.csv", rows, meta)
+    write_json(out / "baselines_grid.json", rows, meta, summ)
+    write_plots(rows, out / "baselines_grid.png", MODES)
+    for line in summary_lines(summ):
+        print(line)
+    left = len(problems) - len(rows)
+    print(f"{done} shapes this run in {wall:.0f} s; {len(rows)} of {len(problems)} in {out}; "
+          f"total wall {meta['wall_s_total']:.0f} s" + ("" if complete else f"; {left} left: run again"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""The search loop: per problem, sample a group, evaluate, store, reward, GRPO update, checkpoint.
+
+  Search(policy, evaluator, device, ...).run(problems, budget) -> list[ProblemResult]
+
+`budget` counts distinct evaluated specs per problem (what costs GPU time). A sampled spec already
+measured for the problem (in this search, or in the store with `resume`) is not evaluated again: it
+reuses its measurement for the reward and costs nothing. A policy that keeps proposing only known
+specs ends the problem after `patience` such groups, so the loop always terminates.
+
+Checkpoints (policy weights + optimiser + the frozen reference) go beside the store, in
+`<store>.ckpt/`, written to a temporary name and renamed, so a kill -9 leaves the previous one whole;
+the store's `checkpoints` table records each. `--resume` reloads the latest and skips what is stored.
+
+Baselines for the efficiency study use the same loop with update=False: `UniformPolicy` (random
+search over the same masked space) and `FixedListPolicy` (a fixed autotune list, same budget).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from cudal2.device import DeviceInfo
+from cudal2.measurement import Measurement
+from cudal2.problems import Problem
+from cudal2.spec import _PREFERRED, FAMILIES, CHOICES, KernelSpec, is_valid, with_fields
+
+from .grpo import GRPO, GRPOConfig
+from .policy import Sample
+from .reward import reward, speedup
+
+
+@dataclass
+class ProblemResult:
+    problem: Problem
+    evaluated: list[Measurement] = field(default_factory=list)    # distinct specs, in evaluation order
+    rewards: list[float] = field(default_factory=list)            # of every trained-on sample
+    eval_s: float = 0.0                                           # wall time inside the evaluator
+    resumed: int = 0                                              # measurements taken from the store
+
+    @property
+    def best(self) -> Measurement | None:
+        ok = [m for m in self.evaluated if m.status == "ok" and m.time_us]
+        return min(ok, key=lambda m: m.time_us) if ok else None
+
+    @property
+    def failures(self) -> int:
+        return sum(m.status not in ("ok", "slow") for m in self.evaluated)
+
+    def best_within(self, k: int) -> float:
+        """Best speedup over best-cuBLAS among the first k evaluations (0.0 if none was correct)."""
+        return max((speedup(m) or 0.0 for m in self.evaluated[:k]), default=0.0)
+
+
+class FixedListPolicy:
+    """A fixed autotune list: each family's preferred specs (cudal2.spec's defaults, largest tile
+    first), the families interleaved, then their stage / split-K / group-M variants; filtered to
+    the valid ones. The same list for a problem whatever came before, as a hand-written autotune
+    config list would be; `sample` hands out its next n entries."""
+
+    trainable = False
+    name = "fixed"
+
+    def __init__(self):
+        self._pos: dict[Problem, int] = {}
+
+    @staticmethod
+    def candidates(problem: Problem, device: DeviceInfo, backends: tuple | None = None) -> list[KernelSpec]:
+        fams = [f for b, fs in FAMILIES.items() if not backends or b in backends for f in fs]
+        base = []
+        for i in range(max(len(v) for v in _PREFERRED.values())):
+            for f in fams:
+                if i < len(_PREFERRED[f]):
+                    b = next(b for b, fs in FAMILIES.items() if f in fs)
+                    base.append(KernelSpec.parse(f"backend={b} family={f} {_PREFERRED[f][i]}"))
+        variants = list(base)
+        for knob, vals in (("stages", (3, 5, 4, 2, 6)), ("split_k", (2, 4, 8)), ("group_m", (4, 16, 1))):
+            variants += [with_fields(s, **{knob: v}) for s in base for v in vals if v in CHOICES[knob]]
+        out, seen = [], set()
+        for s in variants:
+            if s.text not in seen and is_valid(s, problem, device):
+                seen.add(s.text)
+                out.append(s)
+        return out
+
+    def sample(self, problem, device, n, *, generator=None, backends=None, temperature=1.0) -> list[Sample]:
+        lst = self.candidates(problem, device, backends)
+        i = self._pos.get(problem, 0)
+        self._pos[problem] = i + n
+        return [Sample(spec=s, tokens=[]) for s in lst[i:i + n]]
+
+
+def _atomic_save(save: Callable[[Path], None], dest: Path) -> None:
+    tmp = dest.with_name(dest.name + ".tmp")
+    save(tmp)
+    os.replace(tmp, dest)
+
+
+class Search:
+    def __init__(self, policy, evaluator, device: DeviceInfo, device_key: str | None = None, *,
+                 store=None, run_id: int | None = None, group: int = 8, backends: tuple | None = None,
+                 seed: int = 0, update: bool = True, grpo: GRPOConfig | None = None,
+                 checkpoint_dir: str | Path | None = None, resume: bool = False, patience: int = 3,
+                 temperatures: tuple = (1.0, 1.5, 2.0, 3.0),
+                 on_event: Callable[..., None] | None = None):
+        if group < 1:
+            raise ValueError(f"--group must be >= 1, got {group}")
+        self.policy, self.evaluator, self.device = policy, evaluator, device
+        self.device_key = device_key or device.key
+        self.store, self.run_id, self.group, self.backends = store, run_id, group, backends
+        self.resume, self.patience, self.temperatures = resume, patience, temperatures
+        self.on_event = on_event or (lambda kind, **kw: None)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.trainer = GRPO(policy, grpo) if update and getattr(policy, "trainable", False) else None
+        if checkpoint_dir is None and store is not None and trainable(self):
+            checkpoint_dir = Path(str(store.path) + ".ckpt")
+        self.ckdir = Path(checkpoint_dir) if checkpoint_dir else None
+        if resume and self.ckdir and self.trainer:
+            self.restore()
+
+    # ---- checkpoints ------------------------------------------------------------------------------
+    def checkpoint(self) -> None:
+        if not (self.ckdir and self.trainer):
+            return
+        self.ckdir.mkdir(parents=True, exist_ok=True)
+        pol = self.trainer.module
+        _atomic_save(lambda p: pol.save(p), self.ckdir / "policy.pt")
+        _atomic_save(lambda p: torch.save(self.trainer.state_dict(), p), self.ckdir / "trainer.pt")
+        if self.store is not None:
+            self.store.add_checkpoint(self.ckdir / "policy.pt", self.trainer.steps, self.run_id)
+
+    def restore(self) -> bool:
+        pol_path, tr_path = self.ckdir / "policy.pt", self.ckdir / "trainer.pt"
+        if not pol_path.exists():
+            return False
+        loaded = type(self.trainer.module).load(pol_path)
+        self.trainer.module.load_state_dict(loaded.state_dict())
+        if tr_path.exists():
+            self.trainer.load_state_dict(torch.load(tr_path, map_location="cpu", weights_only=False))
+        self.on_event("restored", path=str(pol_path), steps=self.trainer.steps)
+        return True
+
+    # ---- the loop ---------------------------------------------------------------------------------
+    def run(self, problems: list[Problem], budget: int) -> list[ProblemResult]:
+        return [self.run_problem(p, budget) for p in problems]
+
+    def run_problem(self, problem: Problem, budget: int) -> ProblemResult:
+        res = ProblemResult(problem)
+        known: dict[str, Measurement] = {}
+        if self.resume and self.store is not None:
+            for m in self.store.measurements(problem=problem.text, device=self.device_key):
+                if m.spec not in known:
+                    known[m.spec] = m
+                    res.evaluated.append(m)
+            res.resumed = len(known)
+        self.on_event("problem_start", problem=problem, result=res, budget=budget)
+        stale = 0
+        while len(res.evaluated) < budget and stale < self.patience:
+            samples = self._propose(problem, known)
+            if not samples:
+                break     # a fixed list that ran out
+            new = self._evaluate_group(problem, samples, known, res, budget)
+            stale = 0 if new else stale + 1
+        self.on_event("problem_done", problem=problem, result=res)
+        return res
+
+    def _propose(self, problem, known) -> list[Sample]:
+        """Up to `group` samples of distinct specs not yet measured for the problem. Known specs
+        would cost no evaluation but teach nothing new, and a converged policy proposes mostly
+        those: draw again, hotter each time (T = 1, 1.5, 2, 3), before giving up on new ones."""
+        picked: dict[str, Sample] = {}
+        first: list[Sample] = []
+        for temp in self.temperatures:
+            draw = self.policy.sample(problem, self.device, self.group, generator=self.gen,
+                                      backends=self.backends, temperature=temp)
+            first = first or draw
+            for s in draw:
+                key = s.spec.text if s.spec is not None else f"rejected:{len(picked)}"
+                if key not in known and key not in picked and len(picked) < self.group:
+                    picked[key] = s
+            if len(picked) >= self.group or isinstance(self.policy, FixedListPolicy):
+                break     # a fixed list hands out each entry once: drawing again skips entries
+        return list(picked.values()) or first
+
+    def _evaluate_group(self, problem, samples, known, res, budget) -> int:
+        """Evaluate the group's unknown specs (up to the budget), store them, train; returns how many
+        new measurements it made."""
+        todo: list[KernelSpec] = []
+        for s in samples:
+            if s.spec is not None and s.spec.text not in known and s.spec not in todo:
+                todo.append(s.spec)
+        todo = todo[:max(budget - len(res.evaluated), 0)]
+        got: dict[str, Measurement | None] = {}
+        fresh: list[Measurement] = []
+        if todo:
+            t0 = time.perf_counter()
+            out = self.evaluator.evaluate(problem, todo)
+            res.eval_s += time.perf_counter() - t0
+            for spec, m in zip(todo, out):
+                got[spec.text] = m
+                # Replay may answer with a neighbour's row; key by what was really measured.
+                if m is not None and m.spec not in known:
+                    known[m.spec] = m
+                    fresh.append(m)
+                    res.evaluated.append(m)
+        if fresh and self.store is not None:
+            # One transaction per group: a kill -9 loses at most this group's results.
+            self.store.add([_copy_for_run(m) for m in fresh], run_id=self.run_id)
+        kept, rewards = [], []
+        for s in samples:
+            if s.spec is None:
+                # An HF answer that could not be made valid: it costs no evaluation; -1 like an invalid spec.
+                if s.tokens:
+                    kept.append(s)
+                    rewards.append(-1.0)
+                continue
+            m = known.get(s.spec.text) or got.get(s.spec.text)
+            if m is None:
+                continue          # excluded by replay, or beyond the budget
+            kept.append(s)
+            rewards.append(reward(m))
+        res.rewards += rewards
+        stats = {}
+        if self.trainer and len(kept) >= 2:
+            stats = self.trainer.step(problem, self.device, kept, rewards)
+            self.checkpoint()
+        self.on_event("group_done", problem=problem, result=res, fresh=fresh, stats=stats)
+        return len(fresh)
+
+
+def trainable(search: Search) -> bool:
+    return search.trainer is not None
+
+
+def _copy_for_run(m: Measurement) -> Measurement:
+    import copy
+    c = copy.copy(m)
+    c.meta = dict(m.meta)
+    return c

@@ -1,0 +1,159 @@
+"""The CUDA backend: kernels_cuda templates -> NVRTC (cuda.bindings.nvrtc) -> cubin -> driver launch.
+
+  render   the template with the spec's knobs as a #define preamble (kernels_cuda.render)
+  compile  NVRTC with -arch=<device.arch> -std=c++17 and ptxas -v; the cubin and the per-kernel
+           resource usage parsed from the ptxas log are cached on disk under `cache_dir`, keyed by
+           sha256(source, arch, NVRTC version, options), so the same kernel compiles once. No GPU.
+  load     cuModuleLoadData in torch's (primary) context, dynamic smem limit raised, -> CudaKernel
+
+Cache directory: `CudaBackend(cache_dir=...)`, else $CUDAL2_CACHE_DIR, else ~/.cache/cudal2/cubin.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+
+from ..device import DeviceInfo
+from ..kernels_cuda import KERNELS, render as render_template
+from ..problems import Problem
+from ..spec import KernelSpec, SpecError, validate
+from .base import Artifact, CompileError, LaunchError
+
+OPTIONS = ("-std=c++17", "--ptxas-options=-v")
+_RES_RE = {
+    "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
+    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
+    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
+    "registers": re.compile(r"Used (\d+) registers"),
+    "smem_static": re.compile(r"(\d+) bytes smem"),
+}
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("CUDAL2_CACHE_DIR")
+    return Path(env) / "cubin" if env else Path.home() / ".cache" / "cudal2" / "cubin"
+
+
+def nvrtc_version() -> str:
+    from cuda.bindings import nvrtc
+    err, major, minor = nvrtc.nvrtcVersion()
+    return f"{major}.{minor}"
+
+
+def parse_ptxas_log(log: str) -> dict[str, dict[str, int]]:
+    """Per entry function: registers, stack_bytes, spill_stores, spill_loads, smem_static."""
+    out: dict[str, dict[str, int]] = {}
+    for block in re.split(r"ptxas info\s+: Compiling entry function ", log)[1:]:
+        m = re.match(r"'([^']+)'", block)
+        if not m:
+            continue
+        res = {k: 0 for k in _RES_RE}
+        for k, rx in _RES_RE.items():
+            hit = rx.search(block)
+            if hit:
+                res[k] = int(hit.group(1))
+        out[m.group(1)] = res
+    return out
+
+
+def dynamic_smem(spec: KernelSpec) -> int:
+    """Bytes of dynamic shared memory the kernel is launched with (the ring, + 1 KB to align it)."""
+    if spec.family == "wgmma":
+        return spec.stages * (spec.bm + spec.bn) * 64 * 2 + 1024
+    return spec.stages * (spec.bm * spec.bk + spec.bk * spec.bn) * 2
+
+
+def _nvrtc_compile(source: str, arch: str, options: tuple[str, ...]) -> tuple[bytes, str]:
+    from cuda.bindings import nvrtc
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"cudal2.cu", 0, [], [])
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise CompileError(f"nvrtcCreateProgram failed: {err.name}")
+    try:
+        opts = [f"-arch={arch}".encode()] + [o.encode() for o in options]
+        (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        _, n = nvrtc.nvrtcGetProgramLogSize(prog)
+        buf = b" " * n
+        nvrtc.nvrtcGetProgramLog(prog, buf)
+        log = buf.rstrip(b"\x00").decode(errors="replace")
+        if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"NVRTC failed ({res.name}) for {arch}", log)
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        cubin = b" " * size
+        (res,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
+        if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"nvrtcGetCUBIN failed ({res.name})", log)
+        return cubin, log
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+class CudaBackend:
+    name = "cuda"
+
+    def __init__(self, cache_dir: str | Path | None = None):
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.options = OPTIONS
+
+    def render(self, spec: KernelSpec, problem: Problem) -> str:
+        if spec.backend != "cuda":
+            raise SpecError("backend", f"the CUDA backend renders backend=cuda specs, got {spec.backend}")
+        return render_template(spec, problem.layout)
+
+    def cache_key(self, source: str, arch: str) -> str:
+        h = hashlib.sha256()
+        for part in (source, arch, nvrtc_version(), " ".join(self.options)):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def compile(self, spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact:
+        validate(spec, problem, device)            # an invalid spec never reaches NVRTC
+        return self.compile_source(spec, self.render(spec, problem), device.arch, problem.layout)
+
+    def compile_source(self, spec: KernelSpec, source: str, arch: str, layout: str) -> Artifact:
+        key = self.cache_key(source, arch)
+        cubin_path, meta_path = self.cache_dir / f"{key}.cubin", self.cache_dir / f"{key}.json"
+        cached = cubin_path.is_file() and meta_path.is_file()
+        if cached:
+            cubin = cubin_path.read_bytes()
+            meta = json.loads(meta_path.read_text())
+        else:
+            t0 = time.perf_counter()
+            cubin, log = _nvrtc_compile(source, arch, self.options)
+            kernels = parse_ptxas_log(log)
+            main = KERNELS[spec.family][0]
+            if main not in kernels:
+                raise CompileError(f"ptxas log names no entry {main!r}", log)
+            r = kernels[main]
+            meta = {
+                "kernel": main, "kernels": kernels, "arch": arch, "layout": layout,
+                "registers": r["registers"], "spills_bytes": r["spill_stores"] + r["spill_loads"],
+                "stack_bytes": r["stack_bytes"], "smem_static": r["smem_static"],
+                "smem_dynamic": dynamic_smem(spec), "nvrtc": nvrtc_version(),
+                "compile_s": round(time.perf_counter() - t0, 3), "log": log, "key": key,
+            }
+            _atomic_write(cubin_path, cubin)
+            _atomic_write(meta_path, json.dumps(meta).encode())
+        meta["cached"] = cached
+        return Artifact(backend="cuda", spec=spec, source=source, binary=cubin, meta=meta)
+
+    def load(self, artifact: Artifact):
+        from .cuda_launch import CudaKernel
+        return CudaKernel(artifact)
+
+
+BACKEND = CudaBackend()
+__all__ = ["BACKEND", "CudaBackend", "LaunchError", "parse_ptxas_log", "dynamic_smem"]

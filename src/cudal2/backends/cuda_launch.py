@@ -1,0 +1,194 @@
+"""Loading and launching CUDA-backend cubins through the driver API (cuda.bindings.driver).
+
+Every driver call's status is checked; a failure raises LaunchError with the CUDA error name.
+Per call the kernel does only: cheap input checks, writing the argument values into ctypes slots
+whose pointer array is built once, (wgmma) a dict lookup of cached tensor maps, and cuLaunchKernel
+on torch's current stream.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from ..kernels_cuda import KERNELS
+from ..problems import Problem
+from ..spec import is_valid
+from .base import Artifact, LaunchError
+
+_TMAP_CACHE_MAX = 64          # distinct (pointer, shape) operand pairs kept encoded per kernel
+
+
+def _cdiv(x: int, y: int) -> int:
+    return -(-x // y)
+
+
+def _drv():
+    from cuda.bindings import driver
+    return driver
+
+
+def check(result, what: str):
+    """Unpack a cuda.bindings (status, value...) tuple; raise LaunchError naming the error."""
+    d = _drv()
+    err, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
+    if err != d.CUresult.CUDA_SUCCESS:
+        e2, name = d.cuGetErrorName(err)
+        label = name.decode() if e2 == d.CUresult.CUDA_SUCCESS and name else str(err)
+        raise LaunchError(f"{what} failed: {label}")
+    return rest[0] if len(rest) == 1 else (rest or None)
+
+
+def _context(device_index: int) -> None:
+    """Make torch's primary context current on this thread (the one torch's tensors live in)."""
+    import torch
+    torch.cuda.init()
+    d = _drv()
+    check(d.cuInit(0), "cuInit")
+    dev = check(d.cuDeviceGet(device_index), "cuDeviceGet")
+    ctx = check(d.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+class CudaKernel:
+    """A loaded CUDA-backend kernel: `kernel(a, b, c, stream=None)` writes C = A @ B."""
+
+    def __init__(self, artifact: Artifact):
+        import torch
+        from ..device import current
+        self.artifact, self.spec = artifact, artifact.spec
+        self.family, self.layout = self.spec.family, artifact.meta["layout"]
+        self.device_index = torch.cuda.current_device()
+        self.device_info = current(self.device_index)
+        _context(self.device_index)
+        d = _drv()
+        self.module = check(d.cuModuleLoadData(artifact.binary), "cuModuleLoadData")
+        self.funcs = {n: check(d.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction({n})")
+                      for n in KERNELS[self.family]}
+        self.smem = int(artifact.meta["smem_dynamic"])
+        attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        for n, f in self.funcs.items():
+            if n != "cudal2_splitk_reduce" and self.smem > 48 * 1024:
+                check(d.cuFuncSetAttribute(f, attr, self.smem), f"cuFuncSetAttribute({n}, {self.smem} B smem)")
+        dev = check(d.cuDeviceGet(self.device_index), "cuDeviceGet")
+        self.sm_count = check(d.cuDeviceGetAttribute(
+            d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute")
+        self.threads = self.spec.warps * 32
+        self._ws = None
+        self._tmaps: dict[tuple, tuple[bytes, bytes]] = {}
+        # Argument slots and the void* array pointing at them, built once.
+        self._u64 = [ctypes.c_uint64() for _ in range(4)]
+        self._i32 = [ctypes.c_int() for _ in range(3)]
+        if self.family == "wgmma":
+            self._maps = [(ctypes.c_ubyte * 128)() for _ in range(2)]
+            slots = self._maps + [self._u64[2]] + self._i32
+        else:
+            slots = self._u64 + self._i32
+        self._args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
+        self._red_args = (ctypes.c_void_p * 4)(*[ctypes.addressof(s) for s in (self._u64[3], self._u64[2],
+                                                                                 self._i32[0], self._i32[1])])
+
+    def supports(self, problem: Problem) -> bool:
+        return problem.layout == self.layout and is_valid(self.spec, problem, self.device_info)
+
+    # ---- per call ---------------------------------------------------------------------------------
+    def _shapes(self, a, b, c) -> tuple[int, int, int]:
+        import torch
+        for name, t in (("a", a), ("b", b), ("c", c)):
+            if t.dtype != torch.float16:
+                raise ValueError(f"{name} must be float16, got {t.dtype}")
+            if t.dim() != 2 or not t.is_contiguous():
+                raise ValueError(f"{name} must be a contiguous 2-D tensor, got shape {tuple(t.shape)}")
+            if not t.is_cuda:
+                raise ValueError(f"{name} must be on the GPU, got device {t.device}")
+        M, K = a.shape
+        N = b.shape[1] if self.layout == "nn" else b.shape[0]
+        want_b = (K, N) if self.layout == "nn" else (N, K)
+        if tuple(b.shape) != want_b or tuple(c.shape) != (M, N):
+            raise ValueError(f"shapes do not agree for layout {self.layout}: a {tuple(a.shape)}, "
+                             f"b {tuple(b.shape)} (want {want_b}), c {tuple(c.shape)} (want {(M, N)})")
+        if M == 0 or N == 0 or K == 0:
+            raise ValueError(f"empty problem {M}x{N}x{K}: every dimension must be >= 1")
+        return M, N, K
+
+    def _stream(self, stream) -> int:
+        if stream is None:
+            import torch
+            return torch.cuda.current_stream().cuda_stream
+        return stream.cuda_stream if hasattr(stream, "cuda_stream") else int(stream)
+
+    def _launch(self, name: str, grid: tuple[int, int, int], block: int, smem: int, stream: int, args) -> None:
+        d = _drv()
+        check(d.cuLaunchKernel(self.funcs[name], grid[0], grid[1], grid[2], block, 1, 1, smem, stream,
+                               ctypes.addressof(args), 0), f"cuLaunchKernel({name}, grid={grid}, block={block})")
+
+    def __call__(self, a, b, c, stream=None) -> None:
+        M, N, K = self._shapes(a, b, c)
+        s = self._stream(stream)
+        self._i32[0].value, self._i32[1].value, self._i32[2].value = M, N, K
+        pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+        if self.family == "wgmma":
+            self._call_wgmma(M, N, K, a, b, pa, pb, pc, s)
+        else:
+            self._call_mma(M, N, K, a, pa, pb, pc, s)
+
+    def _call_mma(self, M, N, K, a, pa, pb, pc, s) -> None:
+        sp = self.spec
+        vec = K % 8 == 0 and N % 8 == 0 and (pa | pb | pc) % 16 == 0
+        self._u64[0].value, self._u64[1].value, self._u64[2].value = pa, pb, pc
+        split = sp.split_k
+        if split > 1:
+            need = split * M * N
+            if self._ws is None or self._ws.numel() < need:
+                import torch
+                self._ws = torch.empty(need, dtype=torch.float32, device=a.device)
+            self._u64[3].value = self._ws.data_ptr()
+        else:
+            self._u64[3].value = 0
+        tiles = _cdiv(M, sp.bm) * _cdiv(N, sp.bn)
+        name = "cudal2_mma_vec" if vec else "cudal2_mma_scalar"
+        self._launch(name, (tiles, 1, split), self.threads, self.smem, s, self._args)
+        if split > 1:
+            blocks = min(_cdiv(M * N, 256), self.sm_count * 16)
+            self._launch("cudal2_splitk_reduce", (blocks, 1, 1), 256, 0, s, self._red_args)
+
+    def _tensor_maps(self, M, N, K, b, pa, pb) -> tuple[bytes, bytes]:
+        key = (pa, M, K, pb, tuple(b.shape))
+        hit = self._tmaps.get(key)
+        if hit is not None:
+            return hit
+        if (pa | pb) % 16:
+            raise ValueError("wgmma (TMA) needs 16-byte aligned a and b")
+        if K % 8 or N % 8:
+            raise ValueError(f"wgmma (TMA) needs N % 8 == 0 and K % 8 == 0, got N={N} K={K}")
+        sp, cl = self.spec, self.spec.cluster
+        ta = _encode(pa, K, M, 64, sp.bm)
+        tb = _encode(pb, K, N, 64, sp.bn // cl) if self.layout == "nt" else _encode(pb, N, K, 64, 64 // cl)
+        if len(self._tmaps) >= _TMAP_CACHE_MAX:
+            self._tmaps.clear()
+        self._tmaps[key] = (ta, tb)
+        return ta, tb
+
+    def _call_wgmma(self, M, N, K, a, b, pa, pb, pc, s) -> None:
+        if pc % 16:
+            raise ValueError("wgmma needs a 16-byte aligned c")
+        ta, tb = self._tensor_maps(M, N, K, b, pa, pb)
+        ctypes.memmove(self._maps[0], ta, 128)
+        ctypes.memmove(self._maps[1], tb, 128)
+        self._u64[2].value = pc
+        sp, cl = self.spec, self.spec.cluster
+        ctiles = _cdiv(_cdiv(M, sp.bm), cl) * _cdiv(N, sp.bn)     # cluster tiles
+        grid = max(1, min(self.sm_count // cl, ctiles)) * cl      # persistent: one CTA per SM
+        self._launch("cudal2_wgmma", (grid, 1, 1), self.threads, self.smem, s, self._args)
+
+
+def _encode(ptr: int, inner: int, outer: int, box_inner: int, box_outer: int) -> bytes:
+    """A 2-D fp16 tensor map (row-major [outer, inner]), 128-byte swizzle, zero fill out of bounds."""
+    d = _drv()
+    tmap = check(d.cuTensorMapEncodeTiled(
+        d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, ptr,
+        [d.cuuint64_t(inner), d.cuuint64_t(outer)], [d.cuuint64_t(inner * 2)],
+        [d.cuuint32_t(box_inner), d.cuuint32_t(box_outer)], [d.cuuint32_t(1), d.cuuint32_t(1)],
+        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), f"cuTensorMapEncodeTiled({outer}x{inner})")
+    return ctypes.string_at(tmap.getPtr(), 128)

@@ -1,0 +1,304 @@
+"""The Triton backend: render / compile / load for the families in kernels_triton/.
+
+render   the family module's source with a footer binding SPEC, LAYOUT, CONSTEXPRS and OPTIONS: a
+         standalone text the registry stores, hashes and can load again (`load_source`).
+compile  validates the spec (an invalid spec never reaches Triton), then, unless under the
+         interpreter, compiles ahead of time with `triton.compile(ASTSource(...), target=GPUTarget)`.
+         The signature, constexprs, specialisation attributes and options are produced by the JIT's
+         own binder on stand-in arguments shaped like the problem's tensors, so the cache entry the
+         CPU worker writes is the very one the JIT looks up when the GPU process launches: the first
+         launch loads the cubin from Triton's disk cache instead of compiling. Resource usage
+         (registers, spills, stack, shared memory) is read back into Artifact.meta.
+load     a TritonKernel: every constexpr dict, launch option and layout stride choice is fixed in
+         __init__; a call checks its inputs cheaply and launches through the JIT (whose own
+         in-memory cache makes repeat launches a dictionary hit).
+
+Interpreter mode is read once, at import, from TRITON_INTERPRET (`cudal2 check --interpret` sets
+it before this module is imported): Triton decides then whether @triton.jit makes a compiled or an
+interpreted function, so it cannot change later in the process. Under it compile() records the
+source only and kernels run on CPU tensors.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import triton
+
+from ..device import DeviceInfo
+from ..problems import Problem
+from ..spec import KernelSpec, SpecError, is_valid, validate
+from .base import Artifact, CompileError
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+FOOTER = "\n# ---- cudal2: the spec this text was rendered for ----\n"
+
+
+def _family_module(family: str):
+    if family == "tiled":
+        from ..kernels_triton import tiled as mod
+    elif family == "persistent":
+        from ..kernels_triton import persistent as mod
+    else:
+        raise SpecError("family", f"{family!r} is not a Triton family (choose tiled or persistent)")
+    return mod
+
+
+def _knobs(spec: KernelSpec, mod) -> tuple[dict, dict]:
+    cex = {name: getattr(spec, field) for field, name in mod.KNOBS.items()}
+    opts = {name: getattr(spec, field) for field, name in mod.LAUNCH_OPTIONS.items()}
+    # Explicit, because the default moved: 3.6 fuses by default, 3.9 warns that 3.10 will not.
+    # Fusion (FMA contraction) touches address and epilogue arithmetic only; the dot is MMA.
+    opts["enable_fp_fusion"] = True
+    return cex, opts
+
+
+def _constexprs(spec: KernelSpec, layout: str) -> tuple[dict, dict]:
+    mod = _family_module(spec.family)
+    cex, opts = _knobs(spec, mod)
+    if spec.family == "persistent":
+        cex = mod.constexprs_for(cex, layout)
+    return cex, opts
+
+
+# ---- render ------------------------------------------------------------------------------------------
+def render(spec: KernelSpec, problem: Problem) -> str:
+    mod = _family_module(spec.family)
+    cex, opts = _constexprs(spec, problem.layout)
+    return (inspect.getsource(mod).rstrip() + "\n" + FOOTER
+            + f"SPEC = {spec.text!r}\nLAYOUT = {problem.layout!r}\n"
+            + f"CONSTEXPRS = {cex!r}\nOPTIONS = {opts!r}\n")
+
+
+_LOADED: dict[str, object] = {}
+
+
+def load_source(source: str):
+    """Import a rendered text as a module. Triton reads kernel source through `inspect`, so the
+    text goes to a file (named by its hash, under the user cache) and is imported from there."""
+    h = hashlib.sha256(source.encode()).hexdigest()[:16]
+    if h in _LOADED:
+        return _LOADED[h]
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cudal2" / "triton_src"
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"k_{h}.py"
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=root, suffix=".py")
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(f"cudal2_triton_{h}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    _LOADED[h] = mod
+    return mod
+
+
+def _module_for(source: str, family: str):
+    """The installed family module when the text is its current rendering, else the text itself."""
+    mod = _family_module(family)
+    body = source.split(FOOTER, 1)[0]
+    return mod if body == inspect.getsource(mod).rstrip() + "\n" else load_source(source)
+
+
+# ---- compile -----------------------------------------------------------------------------------------
+class _Ptr:
+    """What the JIT binder reads of a tensor argument: its dtype and a 16-byte aligned address
+    (the aligned case is the one every contiguous torch allocation hits)."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def data_ptr(self) -> int:
+        return 0
+
+
+def _launch_args(spec: KernelSpec, p: Problem) -> tuple[object, list]:
+    """(jit function, positional args) as the launcher passes them for problem p, with stand-ins
+    for the tensors; mirrors tiled.launch / persistent.launch."""
+    mod = _family_module(spec.family)
+    h = torch.float16
+    M, N, K = p.M, p.N, p.K
+    if spec.family == "tiled":
+        sbk, sbn = (N, 1) if p.layout == "nn" else (1, K)
+        ws = _Ptr(torch.float32 if spec.split_k > 1 else h)
+        return mod.tiled_kernel, [_Ptr(h), _Ptr(h), _Ptr(h), ws, M, N, K, K, 1, sbk, sbn, N, 1]
+    return mod.persistent_kernel, [_Ptr(h), _Ptr(h), _Ptr(h), M, N, K]
+
+
+def _jit_kwargs(fn, cex: dict, opts: dict) -> dict:
+    """The keyword arguments JITFunction.run adds before binding (3.6: debug, instrumentation_mode;
+    3.9 also fpsan_homomorphic_casts), so the options, and with them the cache key, agree."""
+    from triton import knobs
+    kw = {**cex, **opts, "debug": bool(getattr(fn, "debug", False)) or bool(knobs.runtime.debug)}
+    comp = knobs.compilation
+    for name in ("instrumentation_mode", "fpsan_homomorphic_casts"):
+        if hasattr(comp, name):
+            kw[name] = getattr(comp, name)
+    return kw
+
+
+def _aot(fn, args: list, kwargs: dict, cc: int):
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+    target = GPUTarget("cuda", cc, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+
+
+def _resources(compiled) -> dict:
+    """Registers / stack / local (spill) bytes from the cubin via Triton's bundled cuobjdump; the
+    driver-side n_regs / n_spills exist only once a GPU has loaded the kernel."""
+    meta = {"smem_dynamic": int(compiled.metadata.shared), "smem_static": 0}
+    cubin = compiled.asm.get("cubin")
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not cubin or not tool.exists():
+        return meta
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        try:
+            out = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
+                                 text=True, timeout=60).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return meta
+    for key, name in (("REG", "registers"), ("STACK", "stack_bytes"), ("LOCAL", "spills_bytes"),
+                      ("SHARED", "smem_static")):
+        m = re.search(rf"\b{key}:(\d+)", out)
+        if m:
+            meta[name] = int(m.group(1))
+    return meta
+
+
+_ARTIFACTS: dict[tuple, Artifact] = {}
+
+
+def _spec_class(p: Problem) -> tuple:
+    """What the JIT specialises integers on (== 1, % 16), so problems of one class share a binary."""
+    return tuple((x == 1, x % 16 == 0) for x in (p.M, p.N, p.K))
+
+
+def compile(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact:  # noqa: A001
+    validate(spec, problem, device)
+    if spec.backend != "triton":
+        raise SpecError("backend", f"the Triton backend cannot compile backend={spec.backend}")
+    key = (spec.text, problem.layout, device.cc, _spec_class(problem), INTERPRET)
+    hit = _ARTIFACTS.get(key)
+    if hit is not None:
+        return Artifact(hit.backend, hit.spec, hit.source, hit.binary, {**hit.meta, "cached": True})
+    source = render(spec, problem)
+    cex, opts = _constexprs(spec, problem.layout)
+    fn, args = _launch_args(spec, problem)
+    meta = {"kernel": fn.__name__, "layout": problem.layout, "device": device.to_dict(),
+            "triton": triton.__version__, "cached": False}
+    if INTERPRET:
+        meta["arch"] = "interpreter"
+    else:
+        cc = device.cc[0] * 10 + device.cc[1]
+        try:
+            compiled = _aot(fn, args, _jit_kwargs(fn, cex, opts), cc)
+            if spec.family == "tiled" and spec.split_k > 1:
+                red = _family_module("tiled").splitk_reduce_kernel
+                _aot(red, [_Ptr(torch.float32), _Ptr(torch.float16), problem.M, problem.N, problem.N, 1],
+                     {"SPLIT_K": spec.split_k, "BLOCK": _family_module("tiled").REDUCE_BLOCK,
+                      "num_warps": 4, "enable_fp_fusion": True, **_jit_kwargs(red, {}, {})}, cc)
+        except Exception as e:  # Triton raises CompilationError, RuntimeError, AssertionError ...
+            raise CompileError(f"triton {triton.__version__} failed to compile {spec.text} for sm_{cc}: "
+                               f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                               log=str(e)) from e
+        meta.update(arch=f"sm_{cc}" + ("a" if cc == 90 else ""), kernel=compiled.metadata.name,
+                    global_scratch=int(getattr(compiled.metadata, "global_scratch_size", 0) or 0),
+                    warp_specialized="ttg.warp_specialize" in compiled.asm.get("ttgir", ""),
+                    **_resources(compiled))
+    art = Artifact("triton", spec, source, b"", meta)
+    _ARTIFACTS[key] = art
+    return art
+
+
+# ---- load --------------------------------------------------------------------------------------------
+class TritonKernel:
+    """Kernel(a, b, c, stream=None) for one spec and layout; serves every problem it supports."""
+
+    def __init__(self, artifact: Artifact):
+        self.spec = artifact.spec
+        self.layout = artifact.meta.get("layout", "nn")
+        self.device = DeviceInfo.from_dict(artifact.meta["device"])
+        self.artifact = artifact
+        self._mod = _module_for(artifact.source, self.spec.family)
+        self._persistent = self.spec.family == "persistent"
+        self._cex, self._opts = _constexprs(self.spec, self.layout)
+        self._sm_count: int | None = None
+        self._nt = self.layout == "nt"
+
+    def supports(self, problem: Problem) -> bool:
+        return problem.layout == self.layout and is_valid(self.spec, problem, self.device)
+
+    def _check(self, a, b, c) -> None:
+        for name, t in (("a", a), ("b", b), ("c", c)):
+            if not isinstance(t, torch.Tensor) or t.dtype != torch.float16 or t.dim() != 2:
+                got = f"{t.dtype} {t.dim()}-d" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name} must be a 2-d float16 tensor, got {got}")
+            if not t.is_contiguous():
+                raise ValueError(f"{name} must be contiguous (stride {tuple(t.stride())})")
+        M, K = a.shape
+        N = c.shape[1]
+        want_b = (N, K) if self._nt else (K, N)
+        if c.shape[0] != M or tuple(b.shape) != want_b:
+            raise ValueError(f"shapes do not fit layout {self.layout}: a {tuple(a.shape)}, b {tuple(b.shape)} "
+                             f"(want {want_b}), c {tuple(c.shape)}")
+        if not (a.device == b.device == c.device):
+            raise ValueError(f"a, b, c on different devices: {a.device}, {b.device}, {c.device}")
+        if not INTERPRET and not c.is_cuda:
+            raise ValueError("tensors must be on the GPU (CPU tensors run only under TRITON_INTERPRET=1)")
+
+    def __call__(self, a, b, c, stream=None) -> None:
+        self._check(a, b, c)
+        if stream is not None:
+            with torch.cuda.stream(stream):
+                self._launch(a, b, c)
+        else:
+            self._launch(a, b, c)
+
+    def _launch(self, a, b, c) -> None:
+        if self._persistent:
+            if INTERPRET:
+                sm = 4      # the interpreter has no SMs; a few programs still exercise the tile loop
+            else:
+                if self._sm_count is None:
+                    from ..device import current
+                    self._sm_count = current().sm_count
+                sm = self._sm_count
+                self._mod.install_allocator()
+            self._mod.launch(a, b, c, self.layout, self._cex, self._opts, sm)
+        else:
+            skey = torch.cuda.current_stream(c.device).cuda_stream if (c.is_cuda and self._cex["SPLIT_K"] > 1) else None
+            self._mod.launch(a, b, c, self.layout, self._cex, self._opts, skey)
+
+
+def load(artifact: Artifact) -> TritonKernel:
+    if artifact.backend != "triton":
+        raise ValueError(f"artifact is for backend {artifact.backend!r}, not triton")
+    return TritonKernel(artifact)
+
+
+class _TritonBackend:
+    name = "triton"
+    render = staticmethod(render)
+    compile = staticmethod(compile)
+    load = staticmethod(load)
+
+
+BACKEND = _TritonBackend()

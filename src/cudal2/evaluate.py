@@ -1,0 +1,367 @@
+"""The evaluator: validate, compile in parallel on the CPU, dedup, check and time in a GPU worker.
+
+  evaluate(problem, specs) -> one Measurement per spec, in order, whatever happened to it:
+    invalid        cudal2.spec.validate rejected it (reason: the SpecError message)
+    compile_error  the backend's compile (in a 'spawn' process pool) raised; reason: first log lines
+    crash          the GPU worker died or found its CUDA context dead while this candidate ran
+    timeout        the worker gave no answer within timeout_s; it is killed and restarted
+    wrong          the checker failed it (reason: the failing check)
+    slow           its first timed calls were > early_stop x the best known time (ratio kept)
+    ok             checked, then timed offline interleaved with the baselines in one run
+  Candidates with the same binary (Artifact.binary_hash) are run once; the others copy its result.
+
+The parent never touches CUDA: the worker process (gpu_worker.py) owns the context and reports the
+device, so it can be killed and started again at any time. Checks go one candidate per request, so a
+crash is charged to the candidate in flight; a crash while timing a group re-times its members one
+by one for the same reason.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Callable, Iterable, Sequence
+
+from .backends.base import Artifact, CompileError
+from .device import DeviceInfo
+from .measurement import STATUSES, KernelCrash, KernelHang, Measurement, WrongResult
+from .problems import Problem
+from .procs import CompilePool, EvaluatorError, WorkerDied, WorkerProcess, WorkerTimeout, backend_compile, first_lines
+from .spec import KernelSpec, SpecError, validate
+
+__all__ = ["Evaluator", "FakeEvaluator", "Measurement", "STATUSES", "EvaluatorError", "make_evaluator",
+           "DEFAULT_BASELINES", "DEFAULT_CHECKS", "WrongResult", "KernelCrash", "KernelHang"]
+
+# The same names as cudal2.baselines.NAMES and cudal2.check.CHECKS, repeated here so the parent
+# process need not import torch.
+DEFAULT_BASELINES = ("torch", "cublas-nn", "cublas-tn", "cublaslt-heuristic", "cublaslt-autotune")
+DEFAULT_CHECKS = ("random", "exact", "poison", "guard", "fresh", "edges")
+
+
+def parse_and_validate(s, problem: Problem, device: DeviceInfo) -> tuple[str, KernelSpec | None, str]:
+    """(text, spec or None, reason): the one validity gate of every evaluator."""
+    text = s.text if isinstance(s, KernelSpec) else str(s)
+    try:
+        spec = s if isinstance(s, KernelSpec) else KernelSpec.parse(text)
+        return spec.text, validate(spec, problem, device), ""
+    except SpecError as e:
+        return text, None, str(e)
+
+
+class Evaluator:
+    def __init__(self, device_key: str | None = None, workers: int | None = None, timeout_s: float = 120.0,
+                 early_stop: float | None = 3.0, *, checks: Sequence[str] = DEFAULT_CHECKS,
+                 baselines: Sequence[str] = DEFAULT_BASELINES, modes: Sequence[str] = ("offline",),
+                 min_calls: int = 30, min_ms: float = 100.0, warmup: int = 3, early_calls: int = 5,
+                 early_ms: float = 5.0, seed: int = 0, compile_timeout_s: float = 600.0,
+                 start_timeout_s: float = 300.0, prepare_timeout_s: float = 600.0, device_index: int | None = None,
+                 worker_target: Callable | None = None, worker_config: dict | None = None,
+                 compile_fn: Callable | None = None):
+        if early_stop is not None and early_stop <= 1.0:
+            raise ValueError(f"early_stop must be > 1 (a ratio to the best time) or None, got {early_stop}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        from .gpu_worker import main
+        self.device_key = device_key
+        self.workers = (os.cpu_count() or 1) if workers is None else int(workers)
+        self.timeout_s = float(timeout_s)
+        self.start_timeout_s = float(start_timeout_s)
+        self.prepare_timeout_s = float(prepare_timeout_s)
+        self.check_cfg = {"checks": tuple(checks), "seed": seed}
+        self.problem_cfg = {"baselines": tuple(baselines), "seed": seed}
+        self.time_cfg = {"early_stop": early_stop, "early_calls": early_calls, "early_ms": early_ms,
+                         "min_calls": min_calls, "min_ms": min_ms, "warmup": warmup, "modes": tuple(modes)}
+        self.worker_target = worker_target or main
+        self.worker_cfg = {"device_index": device_index, **(worker_config or {})}
+        self._compiler = CompilePool(compile_fn or backend_compile, self.workers, float(compile_timeout_s))
+        self.restarts = 0
+        self.baselines_left_out: dict[str, dict[str, str]] = {}   # problem -> baseline -> why
+        self._w: WorkerProcess | None = None
+        self._device: DeviceInfo | None = None
+        self._versions: dict = {}
+        self._problem: str | None = None
+        self._best: dict[str, float] = {}                 # problem -> best time known (early stop)
+        self._seen: dict[tuple[str, str], Measurement] = {}   # (problem, binary hash) -> result
+
+    # ---- the worker -------------------------------------------------------------------------------
+    def _start(self) -> WorkerProcess:
+        w = WorkerProcess(self.worker_target, self.worker_cfg, self.start_timeout_s)
+        if self.device_key and w.device.key != self.device_key:
+            w.stop()
+            raise EvaluatorError(f"the GPU worker runs on {w.device.key}, but device_key={self.device_key} "
+                                 "was asked for (results of different GPU models are never mixed)")
+        self._device, self._versions = w.device, w.versions
+        return w
+
+    @property
+    def device(self) -> DeviceInfo:
+        """The GPU's DeviceInfo, as the worker reports it (starts the first worker)."""
+        if self._device is None:
+            self._w = self._start()
+        return self._device
+
+    @property
+    def versions(self) -> dict:
+        self.device  # noqa: B018 (starts the worker)
+        return dict(self._versions)
+
+    def _ready(self, problem: Problem) -> WorkerProcess:
+        """A live worker with `problem`'s inputs and baselines prepared."""
+        if self._w is None:
+            self._w = self._start()
+            self._problem = None
+        if self._problem != problem.text:
+            try:
+                reply = self._w.request(("problem", problem.text, self.problem_cfg), self.prepare_timeout_s)
+            except (WorkerDied, WorkerTimeout) as e:
+                self._dead()
+                raise EvaluatorError(f"{problem}: preparing inputs and baselines failed: {e}") from None
+            if reply[0] != "ok":
+                if reply[2]:
+                    self._dead()
+                raise EvaluatorError(f"{problem}: preparing inputs and baselines failed: {reply[1]}")
+            self._problem = problem.text
+            self.baselines_left_out[problem.text] = reply[1]["left_out"]
+        return self._w
+
+    def _dead(self) -> None:
+        if self._w is not None:
+            self._w.kill()
+        self._w, self._problem = None, None
+        self.restarts += 1
+
+    def _ask(self, problem: Problem, msg, timeout: float):
+        """("ok", payload) | ("error", text) | ("crash", text) | ("timeout", text); restarts on death."""
+        w = self._ready(problem)
+        try:
+            reply = w.request(msg, timeout)
+        except WorkerDied as e:
+            self._dead()
+            return ("crash", str(e))
+        except WorkerTimeout as e:
+            self._dead()
+            return ("timeout", str(e))
+        if reply[0] == "error":
+            if reply[2]:
+                self._dead()
+                return ("crash", f"CUDA context lost: {reply[1]}")
+            return ("error", reply[1])
+        if isinstance(reply[1], dict) and reply[1].get("fatal"):
+            self._dead()
+        return reply
+
+    # ---- evaluate ---------------------------------------------------------------------------------
+    def evaluate(self, problem: Problem | str, specs: Iterable[KernelSpec | str]) -> list[Measurement]:
+        problem = problem if isinstance(problem, Problem) else Problem.parse(problem)
+        dev = self.device
+        checked = [parse_and_validate(s, problem, dev) for s in specs]
+        good = [spec for _, spec, _ in checked if spec is not None]
+        compiled = iter(self._compiler.map(good, problem, dev))
+        items = [(t, None, r) if spec is None else (t, spec, next(compiled)) for t, spec, r in checked]
+        return self.run_compiled(problem, items)
+
+    def run_compiled(self, problem: Problem, items: list[tuple]) -> list[Measurement]:
+        """items: (spec text, spec or None, Artifact | ("error", reason) | invalid reason)."""
+        dev, ver = self.device.key, self.versions
+        mk = functools.partial(Measurement, problem=problem.text, device=dev, versions=ver)
+        out: list[Measurement | None] = [None] * len(items)
+        first: dict[str, int] = {}     # binary hash -> index of the candidate that runs
+        dups: list[tuple[int, str]] = []
+        for i, (text, spec, res) in enumerate(items):
+            if spec is None:
+                out[i] = mk(spec=text, status="invalid", reason=res)
+            elif isinstance(res, tuple):
+                out[i] = mk(spec=text, status="compile_error", reason=res[1])
+            elif (problem.text, res.binary_hash) in self._seen or res.binary_hash in first:
+                dups.append((i, res.binary_hash))
+            else:
+                first[res.binary_hash] = i
+        passing: list[int] = []
+        for h, i in first.items():
+            art = items[i][2]
+            reply = self._ask(problem, ("check", art, self.check_cfg), self.timeout_s)
+            m = mk(spec=items[i][0], status="ok", binary_hash=h, meta=dict(art.meta))
+            out[i] = m
+            if reply[0] in ("crash", "timeout"):
+                m.status, m.reason = reply[0], f"{reply[1]} (during the check)"
+            elif reply[0] == "error":
+                m.status, m.reason = "crash", f"worker error during the check: {reply[1]}"
+            elif "load_error" in reply[1]:
+                m.status = "crash" if reply[1]["fatal"] else "compile_error"
+                m.reason = f"load failed: {reply[1]['load_error']}"
+            else:
+                m.check = reply[1]["report"]
+                if not m.check["passed"]:
+                    m.status = "crash" if reply[1]["fatal"] else "wrong"
+                    m.reason = m.check["reason"]
+                else:
+                    passing.append(i)
+        if passing:
+            self._time(problem, [items[i][2] for i in passing], [out[i] for i in passing])
+        for i in first.values():
+            self._seen[(problem.text, out[i].binary_hash)] = out[i]
+        for i, h in dups:
+            orig = self._seen[(problem.text, h)]
+            d = Measurement.from_dict({**orig.to_dict(), "spec": items[i][0], "ts": time.time(), "run_id": None})
+            d.reason = f"duplicate binary of {orig.spec}" + (f"; {orig.reason}" if orig.reason else "")
+            out[i] = d
+        return out
+
+    def _time(self, problem: Problem, arts: list[Artifact], ms: list[Measurement]) -> None:
+        best = self._best.get(problem.text)
+        # A group's timing scales with its size; a quarter of timeout_s per member is far above what
+        # timing one checked kernel takes (min_ms of GPU time plus warm-up and the early pass).
+        limit = self.timeout_s * (1 + len(arts) / 4)
+        reply = self._ask(problem, ("time", arts, self.time_cfg, best), limit)
+        if reply[0] != "ok":
+            if len(arts) > 1:   # somebody in the group broke the worker: find out who, one by one
+                for art, m in zip(arts, ms):
+                    self._time(problem, [art], [m])
+                return
+            ms[0].status = "crash" if reply[0] == "error" else reply[0]
+            ms[0].reason = f"{reply[1]} (while timing)"
+            return
+        base = reply[1]["baselines_us"]
+        best_cublas = min(base.values()) if base else None
+        for art, m in zip(arts, ms):
+            r = reply[1]["results"][art.binary_hash]
+            m.status, m.times, m.baselines_us, m.best_cublas_us = r["status"], r["times"], base, best_cublas
+            if r["status"] == "ok":
+                m.time_us = r["times"]["offline"]["median_us"]
+            else:
+                m.ratio = r["ratio"]
+                m.reason = f"early stop: {r['ratio']:.2f}x the best time known"
+        known = [m.time_us for m in ms if m.time_us] + ([best_cublas] if best_cublas else []) + ([best] if best else [])
+        if known:
+            self._best[problem.text] = min(known)
+
+    def best_known(self, problem: Problem | str, us: float | None = None) -> float | None:
+        """The best time known for a problem (the early-stop bar); `us` lowers it (a time measured
+        elsewhere, e.g. on another GPU of the same model)."""
+        key = str(problem)
+        if us is not None:
+            self._best[key] = min(us, self._best.get(key, us))
+        return self._best.get(key)
+
+    def evaluate_many(self, batches: Iterable[tuple], store=None, run_id: int | None = None,
+                      on_result: Callable | None = None) -> list[list[Measurement]]:
+        """Evaluate (problem, specs) batches in turn; each finished batch goes to `store` (one
+        transaction) and `on_result(index, measurements)` before the next starts."""
+        out = []
+        for k, (problem, specs) in enumerate(batches):
+            ms = self.evaluate(problem, specs)
+            if store is not None:
+                store.add(ms, run_id)
+            if on_result is not None:
+                on_result(k, ms)
+            out.append(ms)
+        return out
+
+    def close(self) -> None:
+        if self._w is not None:
+            self._w.stop()
+            self._w = None
+        self._compiler.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class FakeEvaluator:
+    """Same interface, no GPU and no processes: times and failures come from `clock(spec, problem)`
+    (µs, or raises CompileError / WrongResult / KernelCrash / KernelHang). Early stop and dedup work
+    as in the Evaluator, with the stand-in's binaries (one per spec text)."""
+
+    def __init__(self, clock: Callable, device: DeviceInfo | None = None, early_stop: float | None = 3.0,
+                 baselines: Sequence[str] = DEFAULT_BASELINES, checks: Sequence[str] = DEFAULT_CHECKS,
+                 device_key: str | None = None):
+        self.clock = clock
+        self.device = device or DeviceInfo.target("sm_90a")
+        self.early_stop, self.baselines, self.checks = early_stop, tuple(baselines), tuple(checks)
+        self.versions = {"stand_in": "FakeEvaluator"}
+        self.calls = 0
+        self._best: dict[str, float] = {}
+        self._seen: dict[tuple[str, str], Measurement] = {}
+        if device_key and device_key != self.device.key:
+            raise EvaluatorError(f"FakeEvaluator device is {self.device.key}, not {device_key}")
+
+    def evaluate(self, problem: Problem | str, specs: Iterable[KernelSpec | str]) -> list[Measurement]:
+        from .gpu_worker import _TableTimer, clock_compile, stub_report, time_batch
+        problem = problem if isinstance(problem, Problem) else Problem.parse(problem)
+        mk = functools.partial(Measurement, problem=problem.text, device=self.device.key, versions=self.versions)
+        out, timed, dups = [], {}, []
+        for s in specs:
+            text, spec, reason = parse_and_validate(s, problem, self.device)
+            if spec is None:
+                out.append(mk(spec=text, status="invalid", reason=reason))
+                continue
+            h = clock_compile(spec, problem, self.device).binary_hash
+            if (problem.text, h) in self._seen or h in timed:
+                dups.append((len(out), text, h))
+                out.append(None)
+                continue
+            m = mk(spec=text, status="ok", binary_hash=h)
+            out.append(m)
+            self.calls += 1
+            try:
+                timed[h] = (float(self.clock(spec, problem)), m)
+                m.check = stub_report(problem, self.checks)
+            except CompileError as e:   # as in the Evaluator: no binary, nothing to copy later
+                m.status, m.reason, m.binary_hash = "compile_error", first_lines(e), ""
+                continue
+            except WrongResult as e:
+                m.check = stub_report(problem, self.checks, str(e))
+                m.status, m.reason = "wrong", m.check["reason"]
+            except (KernelCrash, KernelHang, TimeoutError) as e:
+                m.status = "timeout" if isinstance(e, (KernelHang, TimeoutError)) else "crash"
+                m.reason = f"{type(e).__name__}: {e}"
+            self._seen[(problem.text, h)] = m
+        get = getattr(self.clock, "baselines", None)
+        base = {n: t for n, t in (get(problem) if get else {}).items() if n in self.baselines}
+        cfg = {"early_stop": self.early_stop, "early_calls": 5, "early_ms": 5.0, "min_calls": 30,
+               "min_ms": 100.0, "warmup": 3, "modes": ()}
+        best = self._best.get(problem.text)
+        res = time_batch(_TableTimer({**base, **{h: t for h, (t, _) in timed.items()}}),
+                         list(timed), sorted(base), cfg, best)
+        bc = min(res["baselines_us"].values()) if res["baselines_us"] else None
+        for h, (t, m) in timed.items():
+            r = res["results"][h]
+            m.status, m.times, m.baselines_us, m.best_cublas_us = r["status"], r["times"], res["baselines_us"], bc
+            if r["status"] == "ok":
+                m.time_us = t
+            else:
+                m.ratio, m.reason = r["ratio"], f"early stop: {r['ratio']:.2f}x the best time known"
+        known = [m.time_us for _, m in timed.values() if m.time_us] + [x for x in (bc, best) if x]
+        if known:
+            self._best[problem.text] = min(known)
+        for i, text, h in dups:
+            orig = self._seen[(problem.text, h)]
+            out[i] = Measurement.from_dict({**orig.to_dict(), "spec": text, "ts": time.time(), "run_id": None})
+            out[i].reason = f"duplicate binary of {orig.spec}" + (f"; {orig.reason}" if orig.reason else "")
+        return out
+
+    evaluate_many = Evaluator.evaluate_many
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def make_evaluator(cluster: str | None = None, **kw):
+    """`--cluster`: None / "local" -> Evaluator; "ray" (a local Ray, or RAY_ADDRESS) or "ray:ADDRESS"
+    (e.g. ray:auto, ray:10.0.0.1:6379, ray:ray://head:10001) -> RayEvaluator on that cluster."""
+    if cluster in (None, "", "local"):
+        return Evaluator(**kw)
+    if cluster == "ray" or cluster.startswith("ray:"):
+        from .dist import RayEvaluator
+        address = cluster[4:] or None
+        return RayEvaluator(address=address, **kw)
+    raise ValueError(f"--cluster {cluster!r}: use 'local', 'ray' or 'ray:ADDRESS'")

@@ -1,0 +1,367 @@
+"""The body of the GPU worker process (the evaluator's side is in evaluate.py).
+
+The worker owns the CUDA context. A kernel that corrupts it (an illegal address is sticky: every
+later CUDA call fails) must take only this process down, so the evaluator keeps the worker apart
+and restarts it. Protocol over a multiprocessing Pipe, one request at a time:
+
+  worker -> ("ready", device_dict, versions)            once, at start
+  parent -> ("problem", problem_text, cfg)               make inputs, prepare baselines
+  parent -> ("check", artifact, cfg)                     load + run the checker
+  parent -> ("time", [artifacts], cfg, best_us)          time the passing ones with the baselines
+  parent -> ("stop",)
+  worker -> ("ok", payload) | ("error", text, fatal)
+
+A reply with fatal=True (or a check result with "fatal": True) means the context is gone: the worker
+exits right after sending it and the parent starts a new one.
+
+Two handlers speak it: GpuHandler (torch, the checker, cudal2.timing, cudal2.baselines) and
+ClockHandler, a CPU stand-in whose times and faults come from a stub clock (tests, Ray dry runs).
+Its faults are real: a KernelCrash from the clock ends the process, a KernelHang blocks it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import time
+import traceback
+from typing import Any, Callable
+
+from .backends.base import Artifact, CompileError
+from .device import DeviceInfo
+from .measurement import KernelCrash, KernelHang, WrongResult
+from .problems import Problem
+
+FATAL_EXIT = 70   # exit status of a worker that found its CUDA context dead
+
+
+def versions() -> dict[str, str]:
+    """Software versions that change kernel times or results; read where the kernels run."""
+    from importlib import metadata
+    v = {"python": platform.python_version()}
+    for dist in ("cudal2", "torch", "triton", "cuda-bindings", "cuda-python", "nvidia-cuda-nvrtc",
+                 "nvidia-cuda-nvrtc-cu12", "nvmath-python"):
+        try:
+            v[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return v
+
+
+def _gpu_versions(v: dict) -> dict:
+    import torch
+    v["torch_cuda"] = str(torch.version.cuda)
+    try:
+        from cuda.bindings import driver
+        err, ver = driver.cuDriverGetVersion()
+        if int(err) == 0:
+            v["driver_cuda"] = f"{ver // 1000}.{ver % 1000 // 10}"
+    except Exception:   # the driver version is informative; its absence must not stop a run
+        pass
+    return v
+
+
+# ---- the timing algorithm, shared by both handlers ------------------------------------------------
+def time_batch(timer, cands: list[str], baselines: list[str], cfg: dict, best_us: float | None) -> dict:
+    """Early pass (all candidates and baselines interleaved, a few calls), drop the ones slower than
+    `early_stop` x the best time known, then the full offline run of the survivors beside the
+    baselines, then any extra modes. Returns per-candidate status/times and the baseline medians."""
+    out: dict[str, dict] = {}
+    survivors = list(cands)
+    factor = cfg.get("early_stop")
+    if factor and cands:
+        st = timer.offline(cands + baselines, min_calls=cfg["early_calls"], min_ms=cfg["early_ms"], warmup=1)
+        known = [s["median_us"] for s in st.values()] + ([best_us] if best_us else [])
+        best = min(known)
+        survivors = []
+        for c in cands:
+            ratio = st[c]["median_us"] / best
+            if ratio > factor:
+                out[c] = {"status": "slow", "ratio": ratio, "times": {"early": st[c]}}
+            else:
+                survivors.append(c)
+    base_us: dict[str, float] = {}
+    if survivors or baselines:
+        full = timer.offline(survivors + baselines, min_calls=cfg["min_calls"], min_ms=cfg["min_ms"],
+                             warmup=cfg["warmup"])
+        base_us = {b: full[b]["median_us"] for b in baselines}
+        for c in survivors:
+            out[c] = {"status": "ok", "times": {"offline": full[c]}}
+        for mode in cfg.get("modes", ()):
+            if mode != "offline" and survivors:
+                for c, s in timer.mode(mode, survivors + baselines).items():
+                    if c in out:
+                        out[c]["times"][mode] = s
+    return {"results": out, "baselines_us": base_us}
+
+
+# ---- the request loop -----------------------------------------------------------------------------
+def serve(conn, handler_factory: Callable[[dict], Any], cfg: dict) -> None:
+    try:
+        handler = handler_factory(cfg)
+        conn.send(("ready", handler.device.to_dict(), handler.versions()))
+    except BaseException as e:
+        conn.send(("error", f"worker failed to start: {type(e).__name__}: {e}".splitlines()[0], True))
+        os._exit(FATAL_EXIT)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)   # the parent is gone
+        op = msg[0]
+        if op == "stop":
+            conn.close()
+            os._exit(0)
+        try:
+            if op == "problem":
+                payload = handler.set_problem(Problem.parse(msg[1]), msg[2])
+            elif op == "check":
+                payload = handler.check(msg[1], msg[2])
+            elif op == "time":
+                payload = handler.time(msg[1], msg[2], msg[3])
+            else:
+                raise ValueError(f"unknown request {op!r}")
+        except Exception as e:
+            fatal = not handler.healthy()
+            tb = traceback.format_exc(limit=3).strip().splitlines()[-1]
+            conn.send(("error", f"{type(e).__name__}: {e}".splitlines()[0][:400] or tb, fatal))
+            if fatal:
+                os._exit(FATAL_EXIT)
+            continue
+        conn.send(("ok", payload))
+        if isinstance(payload, dict) and payload.get("fatal"):
+            os._exit(FATAL_EXIT)
+
+
+# ---- the real GPU handler -------------------------------------------------------------------------
+class GpuHandler:
+    def __init__(self, cfg: dict):
+        import torch
+        from .device import current
+        self.torch = torch
+        if cfg.get("device_index") is not None:
+            torch.cuda.set_device(int(cfg["device_index"]))
+        self.device = current()
+        self.problem: Problem | None = None
+        self.kernels: dict[str, Any] = {}
+        self.base: dict[str, Callable[[], None]] = {}
+
+    def versions(self) -> dict:
+        return _gpu_versions(versions())
+
+    def healthy(self) -> bool:
+        """Whether the CUDA context still works (an illegal address poisons it for good)."""
+        torch = self.torch
+        try:
+            torch.cuda.synchronize()
+            return (torch.ones(1, device="cuda") + 1).item() == 2.0
+        except Exception:
+            return False
+
+    def set_problem(self, problem: Problem, cfg: dict) -> dict:
+        torch = self.torch
+        g = torch.Generator().manual_seed(int(cfg.get("seed", 0)))
+        # PROTOCOL: randn inputs, fresh per shape, never zeros.
+        self.a = torch.randn((problem.M, problem.K), generator=g).half().cuda()
+        self.b = torch.randn(problem.b_shape(), generator=g).half().cuda()
+        self.c = torch.empty((problem.M, problem.N), dtype=torch.float16, device="cuda")
+        self.problem = problem
+        self.kernels.clear()
+        self.base = {}
+        left_out: dict[str, str] = {}
+        if cfg.get("baselines"):
+            from . import baselines
+            # A baseline that cannot serve this layout (cublas-nn for nt ...) or fails its own check
+            # is left out with its reason; the others still set the bar.
+            self.base = baselines.prepare(tuple(cfg["baselines"]), problem, self.a, self.b, self.c,
+                                          reasons=left_out)
+        torch.cuda.synchronize()
+        return {"baselines": sorted(self.base), "left_out": left_out}
+
+    def _load(self, art: Artifact):
+        k = self.kernels.get(art.binary_hash)
+        if k is None:
+            from .backends import get_backend
+            k = self.kernels[art.binary_hash] = get_backend(art.backend).load(art)
+        return k
+
+    def check(self, art: Artifact, cfg: dict) -> dict:
+        from .check import check_kernel
+        try:
+            kernel = self._load(art)
+        except Exception as e:
+            return {"load_error": f"{type(e).__name__}: {e}".splitlines()[0][:400], "fatal": not self.healthy()}
+        rep = check_kernel(kernel, self.problem, "cuda", seed=int(cfg.get("seed", 0)), checks=cfg["checks"])
+        return {"report": rep.to_dict(), "fatal": (not rep.passed) and not self.healthy()}
+
+    def time(self, arts: list[Artifact], cfg: dict, best_us: float | None) -> dict:
+        a, b, c = self.a, self.b, self.c
+        fns = dict(self.base)
+        for art in arts:
+            k = self._load(art)
+            fns[art.binary_hash] = lambda k=k: k(a, b, c)
+        return time_batch(_GpuTimer(fns), [x.binary_hash for x in arts], sorted(self.base), cfg, best_us)
+
+
+class _GpuTimer:
+    def __init__(self, fns: dict):
+        self.fns = fns
+
+    def offline(self, names, **kw) -> dict:
+        from .timing import offline
+        return {n: s.to_dict() for n, s in offline({n: self.fns[n] for n in names}, **kw).items()}
+
+    def mode(self, mode: str, names) -> dict:
+        from . import timing
+        if mode == "server":
+            return {n: s.to_dict() for n, s in timing.server({n: self.fns[n] for n in names}).items()}
+        if mode == "eager":
+            return {n: timing.eager(self.fns[n]).to_dict() for n in names}
+        raise ValueError(f"unknown timing mode {mode!r} (offline, server, eager)")
+
+
+def main(conn, cfg: dict) -> None:
+    """The default worker target: the real GPU handler."""
+    serve(conn, GpuHandler, cfg)
+
+
+# ---- the CPU stand-in -----------------------------------------------------------------------------
+class HashClock:
+    """A deterministic stub clock: µs from a hash of (spec, problem), planted faults by spec text.
+
+    faults: {spec text: "compile" | "compile_crash" (clock_compile ends its process) | "wrong" |
+    "crash" | "crash_timing" (the stand-in worker dies when timing it) | "hang" | "slow" (10x its
+    hashed time)}; delay_s: seconds each call takes
+    (to make a run last long enough to interrupt). Picklable, so it can travel to worker processes
+    and Ray actors.
+    """
+
+    def __init__(self, faults: dict[str, str] | None = None, delay_s: float = 0.0, scale_us: float = 100.0):
+        from .spec import KernelSpec, SpecError
+
+        def canon(t):   # faults may name a spec in any field order
+            try:
+                return KernelSpec.parse(t).text
+            except SpecError:
+                return t
+        self.faults = {canon(k): v for k, v in (faults or {}).items()}
+        self.delay_s = delay_s
+        self.scale_us = scale_us
+
+    def __call__(self, spec, problem) -> float:
+        kind = self.faults.get(str(spec))
+        if kind in ("compile", "compile_crash"):
+            raise CompileError("planted compile error", log=f"stub: {spec} does not compile")
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if kind == "wrong":
+            raise WrongResult("planted wrong result")
+        if kind == "crash":
+            raise KernelCrash("planted illegal address")
+        if kind == "hang":
+            raise KernelHang("planted hang")
+        p = Problem.parse(str(problem))
+        h = int.from_bytes(hashlib.sha256(f"{spec}|{p.text}".encode()).digest()[:4], "little")
+        # Proportional to the work, with a spread of 1x..4x between specs.
+        t = self.scale_us * (1.0 + p.flops / 2**30) * (1.0 + 3.0 * h / 2**32)
+        return 10.0 * t if kind == "slow" else t
+
+    def baselines(self, problem) -> dict[str, float]:
+        p = Problem.parse(str(problem))
+        t = self.scale_us * (1.0 + p.flops / 2**30)
+        return {"torch": 1.9 * t, "cublas-nn": 1.8 * t}
+
+
+def clock_compile(spec, problem, device, clock=None) -> Artifact:
+    """Stand-in compile: raises the clock's planted CompileError, else an Artifact whose source is
+    the spec text (so distinct specs are distinct binaries)."""
+    if clock is not None:
+        if getattr(clock, "faults", {}).get(spec.text) == "compile_crash":
+            os._exit(11)   # as a segfaulting compiler would
+        try:
+            clock(spec, problem)
+        except CompileError:
+            raise
+        except Exception:   # other faults belong to the GPU side; they fire in the worker
+            pass
+    return Artifact(backend=spec.backend, spec=spec, source=f"// stand-in for {spec.text}\n",
+                    meta={"stand_in": True})
+
+
+def stub_report(problem: Problem, checks, error: str | None = None) -> dict:
+    """A CheckReport.to_dict() look-alike for the stand-in (the real checker needs torch)."""
+    if error is not None:
+        res = [{"name": "random", "passed": False, "value": None, "limit": None, "detail": error}]
+        return {"problem": problem.text, "passed": False, "reason": f"random: {error}", "results": res}
+    res = [{"name": n, "passed": True, "value": None, "limit": None, "detail": "stand-in"} for n in checks]
+    return {"problem": problem.text, "passed": True, "reason": "", "results": res}
+
+
+class ClockHandler:
+    """GPU-handler stand-in: the clock's faults happen for real in this process."""
+
+    def __init__(self, cfg: dict):
+        self.clock = cfg["clock"]
+        d = cfg.get("device")
+        if cfg.get("devices"):   # a mixed cluster, simulated: the device by the GPU Ray gave us
+            gpu = int((os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0])
+            d = cfg["devices"][gpu % len(cfg["devices"])]
+        self.device = DeviceInfo.from_dict(d) if d else DeviceInfo.target("sm_90a")
+        self.times: dict[str, float] = {}
+
+    def versions(self) -> dict:
+        return {**versions(), "stand_in": "ClockHandler"}
+
+    def healthy(self) -> bool:
+        return True
+
+    def set_problem(self, problem: Problem, cfg: dict) -> dict:
+        self.problem = problem
+        self.times.clear()
+        get = getattr(self.clock, "baselines", None)
+        self.base = {n: t for n, t in (get(problem) if get else {}).items() if n in cfg.get("baselines", ())}
+        return {"baselines": sorted(self.base), "left_out": {}}
+
+    def _run(self, art: Artifact) -> float:
+        try:
+            return float(self.clock(art.spec, self.problem))
+        except KernelCrash:
+            os._exit(134)     # what an illegal address does to a CUDA process: it is gone
+        except KernelHang:
+            while True:
+                time.sleep(3600)
+
+    def check(self, art: Artifact, cfg: dict) -> dict:
+        try:
+            self.times[art.binary_hash] = self._run(art)
+        except WrongResult as e:
+            return {"report": stub_report(self.problem, cfg["checks"], str(e)), "fatal": False}
+        return {"report": stub_report(self.problem, cfg["checks"]), "fatal": False}
+
+    def time(self, arts: list[Artifact], cfg: dict, best_us: float | None) -> dict:
+        for art in arts:
+            if getattr(self.clock, "faults", {}).get(art.spec.text) == "crash_timing":
+                os._exit(134)   # passed its checks, dies when timed with the others
+            if art.binary_hash not in self.times:   # a restarted worker times what it never checked
+                self.times[art.binary_hash] = self._run(art)
+        table = {**self.base, **{a.binary_hash: self.times[a.binary_hash] for a in arts}}
+        return time_batch(_TableTimer(table), [a.binary_hash for a in arts], sorted(self.base), cfg, best_us)
+
+
+class _TableTimer:
+    def __init__(self, table: dict[str, float]):
+        self.table = table
+
+    def _stats(self, t: float, n: int) -> dict:
+        return {"median_us": t, "mean_us": t, "p50_us": t, "p99_us": t, "min_us": t, "spread": 0.0, "n": n}
+
+    def offline(self, names, min_calls=30, **kw) -> dict:
+        return {n: self._stats(self.table[n], min_calls) for n in names}
+
+    def mode(self, mode: str, names) -> dict:
+        return {n: self._stats(self.table[n], 1) for n in names}
+
+
+def standin(conn, cfg: dict) -> None:
+    """Worker target for the CPU stand-in (cfg["clock"] is the stub clock)."""
+    serve(conn, ClockHandler, cfg)

@@ -1,0 +1,187 @@
+"""Processes of the evaluator: the GPU worker handle and the CPU compile pool (both 'spawn').
+
+Kept apart from evaluate.py so the evaluation logic reads on its own. Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+from concurrent.futures import ProcessPoolExecutor, TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
+from typing import Callable
+
+from .backends.base import Artifact, CompileError
+from .device import DeviceInfo
+from .problems import Problem
+from .spec import KernelSpec
+
+LOG_LINES = 12
+
+
+class EvaluatorError(RuntimeError):
+    """The evaluator itself cannot go on (no worker starts, wrong device, baselines fail)."""
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class WorkerTimeout(Exception):
+    pass
+
+
+def first_lines(text: str, n: int = LOG_LINES, limit: int = 2000) -> str:
+    lines = [ln for ln in str(text).splitlines() if ln.strip()]
+    return "\n".join(lines[:n])[:limit]
+
+
+def backend_compile(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact:
+    from .backends import get_backend
+    return get_backend(spec.backend).compile(spec, problem, device)
+
+
+def compile_one(compile_fn, spec, problem, device):
+    """Runs in a compile worker: an Artifact, or ("error", message) - exceptions stay in here."""
+    try:
+        return compile_fn(spec, problem, device)
+    except CompileError as e:
+        return ("error", first_lines(e))
+    except Exception as e:   # a backend bug is this candidate's failure, not the run's
+        return ("error", first_lines(f"{type(e).__name__}: {e}"))
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class WorkerProcess:
+    """One GPU worker process and its pipe."""
+
+    def __init__(self, target: Callable, cfg: dict, start_timeout: float):
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=target, args=(child, cfg), daemon=True, name="cudal2-gpu-worker")
+        self.proc.start()
+        child.close()
+        try:
+            reply = self.request(None, start_timeout)
+        except (WorkerDied, WorkerTimeout) as e:
+            raise EvaluatorError(f"the GPU worker did not start: {e}") from None
+        if reply[0] != "ready":
+            self.kill()
+            raise EvaluatorError(f"the GPU worker did not start: {reply[1]}")
+        self.device = DeviceInfo.from_dict(reply[1])
+        self.versions = reply[2]
+
+    def request(self, msg, timeout: float):
+        if msg is not None:
+            try:
+                self.conn.send(msg)
+            except (BrokenPipeError, OSError):
+                self.proc.join(1.0)
+                raise WorkerDied(f"worker gone ({_exit_text(self.proc.exitcode)})") from None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise WorkerTimeout(f"no answer within {timeout:g} s")
+            try:
+                if self.conn.poll(min(left, 0.2)):
+                    return self.conn.recv()
+            except (EOFError, OSError):
+                pass
+            else:
+                if self.proc.is_alive():
+                    continue
+                if self.conn.poll(0):    # it answered, then exited
+                    try:
+                        return self.conn.recv()
+                    except (EOFError, OSError):
+                        pass
+            self.proc.join(2.0)
+            raise WorkerDied(f"worker died ({_exit_text(self.proc.exitcode)})")
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5.0)
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(("stop",))
+            self.proc.join(5.0)
+        except (BrokenPipeError, OSError):
+            pass
+        self.kill()
+
+
+
+class CompilePool:
+    """Compiles specs in parallel in spawned processes; `workers=0` compiles in this process."""
+
+    def __init__(self, compile_fn: Callable, workers: int, timeout_s: float):
+        self.compile_fn, self.workers, self.compile_timeout_s = compile_fn, workers, timeout_s
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _get_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"))
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            # A hung compile never returns: end its process (ProcessPoolExecutor has no public kill).
+            for p in list(getattr(self._pool, "_processes", {}).values()):
+                if p.is_alive():
+                    p.kill()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def map(self, specs: list[KernelSpec], problem: Problem, device: DeviceInfo) -> list:
+        """Artifact or ("error", reason) per spec."""
+        if not specs:
+            return []
+        if self.workers == 0:
+            return [compile_one(self.compile_fn, s, problem, device) for s in specs]
+        futs = [self._get_pool().submit(compile_one, self.compile_fn, s, problem, device) for s in specs]
+        deadline = time.monotonic() + self.compile_timeout_s
+        out, broken, bad_pool = [], [], False
+        for i, f in enumerate(futs):
+            try:
+                out.append(f.result(timeout=max(0.0, deadline - time.monotonic())))
+            except FutureTimeout:
+                out.append(("error", f"compile did not finish within {self.compile_timeout_s:g} s"))
+                bad_pool = True
+            except BrokenProcessPool:
+                out.append(None)
+                broken.append(i)
+        if bad_pool or broken:
+            self.close()
+        for i in broken:   # the pool died under all of them: find the one that kills it, alone
+            out[i] = self._compile_alone(specs[i], problem, device)
+        return out
+
+    def _compile_alone(self, spec, problem, device):
+        pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
+        try:
+            return pool.submit(compile_one, self.compile_fn, spec, problem, device).result(self.compile_timeout_s)
+        except BrokenProcessPool:
+            return ("error", "the compile worker process died while compiling this spec")
+        except FutureTimeout:
+            return ("error", f"compile did not finish within {self.compile_timeout_s:g} s")
+        finally:
+            for p in list(getattr(pool, "_processes", {}).values()):
+                if p.is_alive():
+                    p.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
+

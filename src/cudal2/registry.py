@@ -1,0 +1,486 @@
+"""The kernel registry: per device, the winning kernel of each problem, with its source and proof.
+
+Layout of a registry root (a directory):
+
+  index.json                                   {"format": "cudal2-registry", "version": 1,
+                                                "devices": {"h200-sm90": {"entries": {"MxNxK:nt": {...}}}}}
+  kernels_triton/generated/<device>/<file>.py  generated Triton sources
+  kernels_cuda/generated/<device>/<file>.cu    generated CUDA sources
+
+Path resolution: an entry's `source` is always the relative POSIX path above
+(`kernels_<backend>/generated/<device>/<file>`). In a user registry (`--registry PATH`,
+env CUDAL2_REGISTRY) it is resolved against the registry root. In the shipped registry (the
+package's `cudal2/registry/`, which holds only index.json) the first component names the installed
+package `cudal2.kernels_triton` / `cudal2.kernels_cuda`, whose `generated/` trees ship with the
+wheel. The same relative text thus works in both, and `export` is a plain copy. Absolute paths and
+`..` are refused (a tampered index must not make us read or hash files elsewhere).
+
+A user registry replaces the shipped one rather than layering over it, so what runs is exactly what
+one index lists; `cudal2 registry export DIR` copies the shipped one to start from.
+
+Every write (source or index) goes to a temp file in the same directory, is fsynced, then
+os.replace'd: a crash leaves the old file intact. add() holds an flock on `<root>/.lock` so two
+writers cannot lose each other's update.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterator
+
+from .problems import Problem, ProblemError
+
+FORMAT = "cudal2-registry"
+VERSION = 1
+ENV = "CUDAL2_REGISTRY"
+BACKENDS = ("triton", "cuda", "cublas")
+SUFFIX = {"triton": ".py", "cuda": ".cu"}
+_SAFE = re.compile(r"^[A-Za-z0-9_.\-/]+$")
+
+
+class RegistryError(RuntimeError):
+    """An index that cannot be read, or an entry that must be refused; the message names it."""
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class Entry:
+    problem: str                      # canonical "MxNxK:layout"
+    device: str                       # DeviceInfo.key, e.g. "h200-sm90"
+    backend: str                      # triton | cuda | cublas (no generated kernel beat best-cublas)
+    spec: str = ""                    # canonical KernelSpec text; "" for cublas
+    source: str | None = None         # relative path (see module doc); None for cublas
+    sha256: str | None = None         # of the source text
+    time_us: float | None = None      # kernel offline median (for cublas: the best-cublas time)
+    best_cublas_us: float | None = None
+    best_cublas: str | None = None    # which baseline was best
+    baselines_us: dict = field(default_factory=dict)
+    times: dict = field(default_factory=dict)       # per clock mode, Stats dicts
+    check: dict = field(default_factory=dict)       # CheckReport.to_dict()
+    versions: dict = field(default_factory=dict)
+    run_id: Any = None
+    ts: Any = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.device}/{self.problem}"
+
+    @property
+    def prob(self) -> Problem:
+        return Problem.parse(self.problem)
+
+    def speedup(self, baseline: str | None = None) -> float | None:
+        """t_baseline / t_kernel; baseline None means best-cublas."""
+        base = self.best_cublas_us if baseline is None else self.baselines_us.get(baseline)
+        if not base or not self.time_us:
+            return None
+        return base / self.time_us
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Entry":
+        if not isinstance(d, dict):
+            raise RegistryError(f"entry is a {type(d).__name__}, not an object")
+        names = {f.name for f in fields(cls)}
+        missing = [k for k in ("problem", "device", "backend") if k not in d]
+        if missing:
+            raise RegistryError(f"entry lacks {', '.join(missing)}")
+        e = cls(**{k: v for k, v in d.items() if k in names})
+        e.validate()
+        return e
+
+    def validate(self) -> None:
+        """Structural checks (no file access): backend, problem text, spec, source path form."""
+        if self.backend not in BACKENDS:
+            raise RegistryError(f"{self.key}: backend {self.backend!r} is not one of {BACKENDS}")
+        try:
+            p = Problem.parse(self.problem)
+        except ProblemError as e:
+            raise RegistryError(f"{self.key}: bad problem: {e}") from None
+        if p.text != self.problem:
+            raise RegistryError(f"{self.key}: problem text is not canonical (expected {p.text})")
+        if self.backend == "cublas":
+            return
+        from .spec import KernelSpec, SpecError
+        try:
+            s = KernelSpec.parse(self.spec or "")
+        except SpecError as e:
+            raise RegistryError(f"{self.key}: bad spec: {e}") from None
+        if s.backend != self.backend:
+            raise RegistryError(f"{self.key}: spec says backend={s.backend} but entry says {self.backend}")
+        if not self.source or not self.sha256:
+            raise RegistryError(f"{self.key}: a {self.backend} entry needs a source path and its sha256")
+        parts = self.source.split("/")
+        if (not _SAFE.match(self.source) or self.source.startswith("/") or ".." in parts
+                or parts[0] not in ("kernels_triton", "kernels_cuda") or len(parts) < 3):
+            raise RegistryError(f"{self.key}: source path {self.source!r} is not of the form "
+                                f"kernels_<backend>/generated/<device>/<file>")
+
+
+def _package_dir(name: str) -> Path:
+    """Directory of an installed package (regular or namespace, editable or not)."""
+    import importlib.util
+    spec = importlib.util.find_spec(name)
+    locs = [p for p in (spec.submodule_search_locations or []) if os.path.isdir(p)] if spec else []
+    if not locs:
+        raise RegistryError(f"package {name} is not installed as a directory; cannot resolve shipped sources")
+    return Path(locs[0])
+
+
+def shipped_root() -> Path:
+    return _package_dir("cudal2") / "registry"
+
+
+def default_root() -> Path:
+    env = os.environ.get(ENV)
+    return Path(env) if env else shipped_root()
+
+
+def target_for_key(device_key: str):
+    """The compile target behind a device key ("h200-sm90" -> sm_90a limits) for validity checks."""
+    from .device import DeviceInfo
+    m = re.search(r"sm(\d)(\d)a?$", device_key)
+    if not m:
+        raise RegistryError(f"device key {device_key!r} does not end in smXY; cannot tell its limits")
+    return DeviceInfo.target(f"sm_{m.group(1)}{m.group(2)}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_spec(text: str):
+    """Parsed once per text: nearest() scans every entry on each new shape's first call."""
+    from .spec import KernelSpec
+    return KernelSpec.parse(text)
+
+
+def log_distance(p: Problem, q: Problem) -> float:
+    """Euclidean distance of (log2 M, log2 N, log2 K): a factor 2 on one axis is distance 1."""
+    return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in ((p.M, q.M), (p.N, q.N), (p.K, q.K))))
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)        # mkstemp makes 0600; a registry is meant to be shared and shipped
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    # Make the rename itself durable.
+    with contextlib.suppress(OSError):
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "a") as f:
+        try:
+            import fcntl
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        except ImportError:   # no flock (Windows): single writer assumed
+            pass
+        yield
+
+
+@dataclass
+class VerifyResult:
+    entry: str
+    ok: bool
+    reason: str = ""
+
+
+class Registry:
+    def __init__(self, root: Path, shipped: bool = False):
+        self.root = Path(root)
+        self.shipped = shipped
+        self.entries: dict[str, dict[str, Entry]] = {}     # device -> problem text -> Entry
+        self.bad: list[tuple[str, str]] = []               # (entry key, reason) refused at load
+        self._raw_bad: dict[tuple[str, str], Any] = {}     # kept verbatim so a rewrite loses nothing
+
+    # ---- loading -------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | os.PathLike | None = None) -> "Registry":
+        """Load `path` (a root directory or its index.json); None: $CUDAL2_REGISTRY, else shipped.
+
+        A missing index is an empty registry (so a new user registry can be created by add()).
+        An index that is not valid JSON or not a cudal2 registry raises RegistryError; single
+        malformed entries are refused with a warning naming them (listed in `.bad`).
+        """
+        root = Path(path) if path is not None else default_root()
+        if root.name == "index.json":
+            root = root.parent
+        elif root.is_file():
+            raise RegistryError(f"registry {root} is a file; give the registry directory (or its index.json)")
+        shipped = root.resolve() == shipped_root().resolve()
+        reg = cls(root, shipped)
+        idx = root / "index.json"
+        if not idx.exists():
+            return reg
+        try:
+            data = json.loads(idx.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RegistryError(f"registry index {idx} is not valid JSON: {e}") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise RegistryError(f"registry index {idx} is not a cudal2 registry (no \"format\": \"{FORMAT}\")")
+        if data.get("version") != VERSION:
+            raise RegistryError(f"registry index {idx} has version {data.get('version')!r}; this cudal2 reads {VERSION}")
+        devices = data.get("devices")
+        if not isinstance(devices, dict):
+            raise RegistryError(f"registry index {idx}: \"devices\" must be an object")
+        for dev, sect in devices.items():
+            ents = sect.get("entries") if isinstance(sect, dict) else None
+            if not isinstance(ents, dict):
+                raise RegistryError(f"registry index {idx}: device {dev!r} has no \"entries\" object")
+            for ptext, d in ents.items():
+                try:
+                    e = Entry.from_dict(d)
+                    if e.device != dev or e.problem != ptext:
+                        raise RegistryError(f"filed under {dev}/{ptext} but says {e.key}")
+                except (RegistryError, TypeError) as err:
+                    reason = str(err)
+                    reg.bad.append((f"{dev}/{ptext}", reason))
+                    reg._raw_bad[(dev, ptext)] = d
+                    warnings.warn(f"cudal2 registry {idx}: refusing entry {dev}/{ptext}: {reason}", stacklevel=2)
+                    continue
+                reg.entries.setdefault(dev, {})[ptext] = e
+        return reg
+
+    def to_json(self) -> str:
+        devices: dict[str, dict] = {}
+        for (dev, ptext), raw in self._raw_bad.items():       # refused entries stay for inspection
+            devices.setdefault(dev, {}).setdefault("entries", {})[ptext] = raw
+        for dev, ents in self.entries.items():
+            devices.setdefault(dev, {}).setdefault("entries", {}).update({p: e.to_dict() for p, e in ents.items()})
+        devices = {d: {"entries": dict(sorted(v["entries"].items()))} for d, v in sorted(devices.items())}
+        return json.dumps({"format": FORMAT, "version": VERSION, "devices": devices}, indent=1) + "\n"
+
+    # ---- queries -------------------------------------------------------------------------------
+    def all(self, device_key: str | None = None) -> list[Entry]:
+        devs = [device_key] if device_key else sorted(self.entries)
+        return [e for d in devs for _, e in sorted(self.entries.get(d, {}).items())]
+
+    def lookup(self, problem: Problem, device_key: str) -> Entry | None:
+        return self.entries.get(device_key, {}).get(problem.text)
+
+    def candidates(self, problem: Problem, device_key: str, device=None,
+                   max_distance: float | None = None) -> list[Entry]:
+        """Entries that may serve `problem`, best first: the exact entry, then same-layout entries
+        whose spec is valid for `problem` (kernels mask their edges, so validity is correctness)
+        by log-space distance. cuBLAS entries always qualify: a nearby problem where nothing beat
+        cuBLAS is evidence for cuBLAS here too."""
+        from .spec import is_valid
+        ents = self.entries.get(device_key, {})
+        exact = ents.get(problem.text)
+        out = [exact] if exact else []
+        if device is None:
+            device = target_for_key(device_key)
+        scored = []
+        for e in ents.values():
+            if e is exact:
+                continue
+            q = e.prob
+            if q.layout != problem.layout:
+                continue
+            d = log_distance(problem, q)
+            if max_distance is not None and d > max_distance:
+                continue
+            if e.backend != "cublas" and not is_valid(_parse_spec(e.spec), problem, device):
+                continue
+            scored.append((d, e.problem, e))
+        out += [e for _, _, e in sorted(scored, key=lambda t: t[:2])]
+        return out
+
+    def nearest(self, problem: Problem, device_key: str, device=None,
+                max_distance: float | None = None) -> Entry | None:
+        """The entry of the nearest other problem that qualifies (see candidates), or None."""
+        c = [e for e in self.candidates(problem, device_key, device, max_distance) if e.problem != problem.text]
+        return c[0] if c else None
+
+    # ---- sources -------------------------------------------------------------------------------
+    def source_path(self, entry: Entry) -> Path:
+        entry.validate()
+        if self.shipped:
+            pkg, rest = entry.source.split("/", 1)
+            return _package_dir(f"cudal2.{pkg}") / rest
+        return self.root / entry.source
+
+    def read_source(self, entry: Entry) -> str:
+        """The entry's source text, after checking it hashes to the recorded sha256."""
+        if entry.backend == "cublas":
+            raise RegistryError(f"{entry.key}: a cublas entry has no source")
+        path = self.source_path(entry)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise RegistryError(f"{entry.key}: source file {path} is missing") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise RegistryError(f"{entry.key}: source file {path} is unreadable: {e}") from None
+        got = sha256_text(text)
+        if got != entry.sha256:
+            raise RegistryError(f"{entry.key}: source file {path} hashes to {got[:12]}..., "
+                                f"the index records {str(entry.sha256)[:12]}... (edited or corrupt)")
+        return text
+
+    # ---- writing -------------------------------------------------------------------------------
+    def add(self, entry: Entry, source_text: str | None) -> Entry:
+        """File `entry` (replacing the problem's old one): write the source, then the index."""
+        if entry.backend != "cublas":
+            if not source_text:
+                raise RegistryError(f"{entry.key}: a {entry.backend} entry needs its source text")
+            entry.sha256 = sha256_text(source_text)
+            name = f"{entry.problem.replace(':', '_')}_{entry.sha256[:12]}{SUFFIX[entry.backend]}"
+            entry.source = f"kernels_{entry.backend}/generated/{entry.device}/{name}"
+        else:
+            entry.source = entry.sha256 = None
+            entry.spec = ""
+        entry.validate()
+        with _locked(self.root):
+            if entry.backend != "cublas":
+                _atomic_write(self.source_path(entry), source_text)
+            # Re-read under the lock so a concurrent writer's entries are kept.
+            fresh = Registry.load(self.root) if (self.root / "index.json").exists() else Registry(self.root, self.shipped)
+            fresh.entries.setdefault(entry.device, {})[entry.problem] = entry
+            fresh._raw_bad.pop((entry.device, entry.problem), None)     # replaced by a good one
+            _atomic_write(self.root / "index.json", fresh.to_json())
+            self.entries = fresh.entries
+        return entry
+
+    def export(self, dest: str | os.PathLike, device_key: str | None = None) -> Path:
+        """A standalone user registry in `dest`: index.json plus every source it names (verified)."""
+        dest = Path(dest)
+        out = Registry(dest)
+        for e in self.all(device_key):
+            if e.backend != "cublas":
+                text = self.read_source(e)      # refuses tampered sources rather than copying them
+                _atomic_write(out.source_path(e), text)
+            out.entries.setdefault(e.device, {})[e.problem] = e
+        _atomic_write(dest / "index.json", out.to_json())
+        return dest
+
+    # ---- verification --------------------------------------------------------------------------
+    def verify(self, gpu: bool | None = None, render: bool = False) -> list[VerifyResult]:
+        """Re-hash every entry's source and re-check its spec against its problem. `render`: also
+        re-render the spec through its backend and compare hashes. `gpu` (None: if one is visible):
+        also rebuild each kernel of the running device and re-run the PROTOCOL checker."""
+        from .spec import KernelSpec, violations
+        out = [VerifyResult(k, False, r) for k, r in self.bad]
+        dev_info = None
+        if gpu is None or gpu:
+            from .device import current, gpu_available
+            if gpu_available():
+                dev_info = current()
+            elif gpu:
+                raise RegistryError("verify with the checker needs a CUDA GPU; none is visible")
+        for e in self.all():
+            try:
+                if e.backend == "cublas":
+                    out.append(VerifyResult(e.key, True, "cublas winner (no source)"))
+                    continue
+                text = self.read_source(e)
+                spec = KernelSpec.parse(e.spec)
+                bad = violations(spec, e.prob, target_for_key(e.device))
+                if bad:
+                    raise RegistryError(f"{e.key}: spec invalid for its problem: {bad[0][0]}: {bad[0][1]}")
+                note = "hash ok"
+                if render or (dev_info is not None and dev_info.key == e.device):
+                    from .backends import get_backend
+                    if sha256_text(get_backend(e.backend).render(spec, e.prob)) != sha256_text(text):
+                        raise RegistryError(f"{e.key}: backend {e.backend} no longer renders this spec to the stored source")
+                    note += ", render ok"
+                if dev_info is not None and dev_info.key == e.device:
+                    from .backends import build_kernel
+                    from .check import check_kernel
+                    kern = build_kernel(spec, e.prob, dev_info)
+                    rep = check_kernel(kern, e.prob, "cuda")
+                    if not rep.passed:
+                        raise RegistryError(f"{e.key}: checker failed: {rep.reason}")
+                    note += ", checker passed"
+                out.append(VerifyResult(e.key, True, note))
+            except Exception as err:   # every failure is reported against its entry, never fatal
+                msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+                out.append(VerifyResult(e.key, False, msg if msg.startswith(e.key) else f"{e.key}: {msg}"))
+        return out
+
+
+def _get(m, name, default=None):
+    return m.get(name, default) if isinstance(m, dict) else getattr(m, name, default)
+
+
+def record_winner(registry_path, measurement, source_text: str | None, device_key: str | None = None,
+                  force: bool = False) -> Entry | None:
+    """File a Measurement (object or dict, ARCHITECTURE.md fields) as its problem's winner.
+
+    A kernel slower than best-cublas is filed as a "cublas" winner (dispatch then uses
+    torch.matmul). An existing entry is kept if its speedup over best-cublas (a ratio from one run,
+    robust to drift between runs) is higher, unless `force`. Returns the filed entry or None.
+    """
+    status = _get(measurement, "status")
+    if status != "ok":
+        raise RegistryError(f"measurement status is {status!r}: only checked, timed (ok) kernels can be filed")
+    check = _get(measurement, "check") or {}
+    if isinstance(check, dict) and check.get("passed") is False:
+        raise RegistryError("measurement's checker report did not pass")
+    device_key = device_key or _get(measurement, "device")
+    problem = Problem.parse(_get(measurement, "problem")).text
+    spec_text = _get(measurement, "spec")
+    from .spec import KernelSpec
+    spec = KernelSpec.parse(spec_text)
+    t, best = _get(measurement, "time_us"), _get(measurement, "best_cublas_us")
+    baselines = dict(_get(measurement, "baselines_us") or {})
+    best_name = min(baselines, key=baselines.get) if baselines else None
+    wins = t is not None and best is not None and t < best
+    entry = Entry(problem=problem, device=device_key, backend=spec.backend if wins else "cublas",
+                  spec=spec.text, time_us=t if wins else best, best_cublas_us=best, best_cublas=best_name,
+                  baselines_us=baselines, times=dict(_get(measurement, "times") or {}),
+                  check=check if isinstance(check, dict) else getattr(check, "to_dict", lambda: {})(),
+                  versions=dict(_get(measurement, "versions") or {}),
+                  run_id=_get(measurement, "run_id"), ts=_get(measurement, "ts"))
+    if not wins:
+        # Keep what the best kernel reached, for the record; the entry dispatches to cuBLAS.
+        entry.times = {**entry.times, "best_kernel_us": t, "best_kernel_spec": spec.text}
+    reg = Registry.load(registry_path)
+    old = reg.lookup(Problem.parse(problem), device_key)
+    if old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0):
+        return None
+    return reg.add(entry, source_text if wins else None)
+
+
+def record_cublas(registry_path, problem: str | Problem, device_key: str, baselines_us: dict,
+                  versions: dict | None = None, force: bool = False) -> Entry | None:
+    """File "cuBLAS wins" for a problem where no generated kernel passed the checker at all, so
+    dispatch uses torch.matmul there instead of borrowing a nearby problem's kernel."""
+    p = problem if isinstance(problem, Problem) else Problem.parse(problem)
+    if not baselines_us:
+        raise RegistryError(f"{device_key}/{p}: record_cublas needs the measured baseline times")
+    name = min(baselines_us, key=baselines_us.get)
+    reg = Registry.load(registry_path)
+    if reg.lookup(p, device_key) is not None and not force:
+        return None
+    e = Entry(problem=p.text, device=device_key, backend="cublas", time_us=baselines_us[name],
+              best_cublas_us=baselines_us[name], best_cublas=name, baselines_us=dict(baselines_us),
+              versions=dict(versions or {}))
+    return reg.add(e, None)

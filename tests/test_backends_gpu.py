@@ -1,0 +1,105 @@
+"""Both backends through the one PROTOCOL checker on a GPU: every family, both layouts, edge shapes
+(1, 17, 100, 1000, 3000 on each axis), split-K and clusters; plus the CUDA driver-error path.
+
+Run on an H200:  python3 -m pytest -q -m gpu tests/test_backends_gpu.py   (-k cuda / -k triton)
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cudal2.check import check_kernel
+from cudal2.problems import Problem
+from cudal2.spec import KernelSpec, default_spec, validate
+
+pytestmark = pytest.mark.gpu
+
+BASE = Problem(512, 512, 512)
+
+# (backend, family, spec text or None for the family default at BASE). The checker's edges check
+# runs each kernel on every off-grid shape it claims to support (kernel.supports).
+CASES = [
+    ("cuda", "mma", None),
+    ("cuda", "mma", "bm=64 bn=64 bk=32 warps=4 stages=4 split_k=4"),
+    ("cuda", "mma", "bm=16 bn=32 bk=16 warps=2 stages=2 group_m=1"),
+    ("cuda", "wgmma", None),
+    ("cuda", "wgmma", "bm=64 bn=64 warps=8 stages=6"),
+    ("cuda", "wgmma", "bm=256 bn=128 warps=12 stages=3 group_m=16"),
+    ("cuda", "wgmma", "bm=128 bn=128 warps=12 stages=5 cluster=2"),
+    ("triton", "tiled", None),
+    ("triton", "tiled", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2"),
+    ("triton", "persistent", None),
+]
+
+
+def _id(case):
+    be, fam, text = case
+    return f"{be}-{fam}-" + ("default" if text is None else text.replace(" ", ",").replace("=", ""))
+
+
+def _build(backend: str, family: str, text: str | None, problem: Problem, device):
+    from cudal2.backends import get_backend
+    if text is None:
+        spec = default_spec(family, problem, device)
+    else:
+        spec = validate(KernelSpec.parse(f"backend={backend} family={family} {text}"), problem, device)
+    be = get_backend(backend)
+    return be.load(be.compile(spec, problem, device))
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_checker_passes(gpu_device, case, layout):
+    p = BASE.with_layout(layout)
+    kernel = _build(*case, p, gpu_device)
+    report = check_kernel(kernel, p, "cuda")
+    lines = "\n".join(r.line() for r in report.results)
+    assert report.passed, f"{case} {layout}:\n{lines}"
+    edges = report.results[-1]
+    assert edges.name == "edges" and "edge shapes" in edges.detail
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+@pytest.mark.parametrize("family", ["mma", "wgmma"])
+def test_cuda_large_square(gpu_device, family, layout):
+    """The default spec at 4096^3: full tiles, long K loop (many ring wraps), many persistent tiles."""
+    import torch
+    from cudal2.check import make_inputs, reference, rel_error
+    p = Problem(4096, 4096, 4096, layout)
+    kernel = _build("cuda", family, None, p, gpu_device)
+    a, b = make_inputs(p, "cuda", torch.Generator().manual_seed(1))
+    c = torch.empty(p.M, p.N, dtype=torch.float16, device="cuda")
+    kernel(a, b, c)
+    torch.cuda.synchronize()
+    # fp16 output rounding (~2e-4 relative) dominates; 5e-3 is the PROTOCOL bound.
+    assert rel_error(c, reference(a, b, layout)) <= 5e-3
+
+
+def test_cuda_rejects_bad_inputs(gpu_device):
+    import torch
+    kernel = _build("cuda", "mma", None, BASE, gpu_device)
+    a = torch.zeros(64, 32, dtype=torch.float16, device="cuda")
+    b = torch.zeros(32, 16, dtype=torch.float16, device="cuda")
+    c = torch.zeros(64, 16, dtype=torch.float16, device="cuda")
+    with pytest.raises(ValueError, match="float16"):
+        kernel(a.float(), b, c)
+    with pytest.raises(ValueError, match="contiguous"):
+        kernel(a, b.t(), c)
+    with pytest.raises(ValueError, match="shapes do not agree"):
+        kernel(a, b, c[:, :8].contiguous()[:32])
+
+
+def test_cuda_driver_errors_are_launch_errors(gpu_device):
+    from cudal2.backends import LaunchError, get_backend
+    be = get_backend("cuda")
+    spec = default_spec("mma", BASE, gpu_device)
+    art = be.compile(spec, BASE, gpu_device)
+    kernel = be.load(art)
+    # A block of 4096 threads is past every GPU's limit: the driver refuses the launch.
+    with pytest.raises(LaunchError, match=r"cuLaunchKernel.*CUDA_ERROR_[A-Z_]+"):
+        kernel._launch("cudal2_mma_vec", (1, 1, 1), 4096, kernel.smem, 0, kernel._args)
+    # Asking for more dynamic shared memory than the device has is refused when loading.
+    too_big = dataclasses.replace(art, meta={**art.meta, "smem_dynamic": gpu_device.smem_per_block + 4096})
+    with pytest.raises(LaunchError, match=r"cuFuncSetAttribute.*CUDA_ERROR_[A-Z_]+"):
+        be.load(too_big)

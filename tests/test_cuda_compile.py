@@ -1,0 +1,185 @@
+"""CUDA backend on the CPU: NVRTC compiles every family for sm_90a, resources, cache, errors, SASS.
+
+No GPU needed: NVRTC produces the cubin and ptxas's -v log on any machine. Each compile takes about
+a second; a session-wide cache directory makes repeated specs free.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cudal2.backends import CompileError
+from cudal2.backends import cuda as cuda_mod
+from cudal2.device import DeviceInfo
+from cudal2.problems import Problem
+from cudal2.spec import KernelSpec, SpecError, default_spec, mma_warp_layout
+
+BIG = Problem(4096, 4096, 4096)
+
+# A spread over the knobs: tiles, warps, stages, split-K, cluster 2, both layouts.
+SPECS = [
+    ("family=mma bm=128 bn=128 bk=32 warps=8 stages=4 group_m=8", "nn"),
+    ("family=mma bm=64 bn=128 bk=64 warps=4 stages=3 group_m=4", "nt"),
+    ("family=mma bm=16 bn=32 bk=16 warps=2 stages=2 group_m=1", "nn"),
+    ("family=mma bm=64 bn=64 bk=32 warps=4 stages=4 split_k=4", "nt"),
+    ("family=mma bm=32 bn=256 bk=32 warps=8 stages=3 split_k=2", "nn"),
+    ("family=wgmma bm=64 bn=64 warps=8 stages=6", "nt"),
+    ("family=wgmma bm=256 bn=128 warps=12 stages=3 group_m=16", "nn"),
+    ("family=wgmma bm=128 bn=128 warps=12 stages=5 cluster=2", "nn"),
+    ("family=wgmma bm=128 bn=256 warps=12 stages=4 cluster=2", "nt"),
+]
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory):
+    return cuda_mod.CudaBackend(cache_dir=tmp_path_factory.mktemp("cubin"))
+
+
+def _spec(text: str) -> KernelSpec:
+    return KernelSpec.parse("backend=cuda " + text)
+
+
+def _cuobjdump() -> str | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    p = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(p) if p.is_file() else None
+
+
+@pytest.mark.parametrize("text,layout", SPECS)
+def test_compiles_for_sm90a(backend, hopper, text, layout):
+    spec = _spec(text)
+    art = backend.compile(spec, Problem(4096, 4096, 4096, layout), hopper)
+    m = art.meta
+    assert art.binary[:4] == b"\x7fELF"                       # a cubin, not PTX
+    assert m["arch"] == "sm_90a" and m["layout"] == layout
+    assert set(m["kernels"]) == set(cuda_mod.KERNELS[spec.family])
+    assert 0 < m["registers"] <= 255
+    assert m["smem_dynamic"] == cuda_mod.dynamic_smem(spec)
+    assert m["smem_dynamic"] + m["smem_static"] <= hopper.smem_per_block
+    assert m["spills_bytes"] == 0, m["log"]
+    # The knobs reached the source as the macros the template reads.
+    src = art.source
+    for k, v in (("BM", spec.bm), ("BN", spec.bn), ("STAGES", spec.stages), ("SPLIT_K", spec.split_k),
+                 ("CLUSTER", spec.cluster), ("LAYOUT_NT", int(layout == "nt"))):
+        assert f"#define {k} {v}\n" in src
+    if spec.family == "mma":
+        wm, wn = mma_warp_layout(spec.bm, spec.bn, spec.warps)
+        assert f"#define WM {wm}\n#define WN {wn}\n" in src
+
+
+@pytest.mark.parametrize("family", ["mma", "wgmma"])
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_defaults_do_not_spill(backend, hopper, family, layout):
+    p = BIG.with_layout(layout)
+    spec = default_spec(family, p, hopper)
+    m = backend.compile(spec, p, hopper).meta
+    assert m["spills_bytes"] == 0 and m["stack_bytes"] == 0, m["log"]
+    if family == "wgmma":
+        # 3 warpgroups of 128 threads under __launch_bounds__(384, 1): ptxas may use 65536/384 = 168.
+        assert m["registers"] <= 65536 // spec.warps // 32 // 8 * 8
+
+
+def test_second_compile_hits_cache(backend, hopper, monkeypatch):
+    spec = _spec(SPECS[0][0])
+    first = backend.compile(spec, BIG, hopper)
+
+    def boom(*a, **k):
+        raise AssertionError("NVRTC was called on a cached kernel")
+    monkeypatch.setattr(cuda_mod, "_nvrtc_compile", boom)
+    again = backend.compile(spec, BIG, hopper)
+    assert again.meta["cached"] is True
+    assert again.binary == first.binary
+    assert again.meta["registers"] == first.meta["registers"]
+    # A fresh backend object on the same directory reads the same disk cache.
+    other = cuda_mod.CudaBackend(cache_dir=backend.cache_dir).compile(spec, BIG, hopper)
+    assert other.meta["cached"] is True and other.binary == first.binary
+
+
+def test_cache_key_covers_source_and_arch(backend):
+    assert backend.cache_key("a", "sm_90a") != backend.cache_key("b", "sm_90a")
+    assert backend.cache_key("a", "sm_90a") != backend.cache_key("a", "sm_80")
+
+
+@pytest.mark.parametrize("text,problem,field", [
+    ("family=wgmma bm=128 bn=128 warps=12 stages=4", Problem(4096, 100, 4096), "family"),   # TMA: N % 8
+    ("family=mma bm=128 bn=128 bk=32 warps=12 stages=4", BIG, "warps"),
+    ("family=mma bm=64 bn=64 bk=64 warps=4 stages=2 split_k=16", Problem(512, 512, 256), "split_k"),
+    ("family=mma bm=128 bn=128 bk=32 warps=8 stages=2 cluster=2", BIG, "cluster"),
+])
+def test_invalid_spec_never_reaches_nvrtc(backend, hopper, monkeypatch, text, problem, field):
+    monkeypatch.setattr(cuda_mod, "_nvrtc_compile", lambda *a, **k: pytest.fail("NVRTC reached"))
+    with pytest.raises(SpecError) as e:
+        backend.compile(_spec(text), problem, hopper)
+    assert e.value.field == field
+
+
+def test_wgmma_rejected_below_hopper(backend, monkeypatch):
+    monkeypatch.setattr(cuda_mod, "_nvrtc_compile", lambda *a, **k: pytest.fail("NVRTC reached"))
+    with pytest.raises(SpecError, match="sm_90a"):
+        backend.compile(_spec("family=wgmma bm=128 bn=128 warps=12 stages=4"), BIG, DeviceInfo.target("sm_80"))
+
+
+def test_mma_compiles_for_sm80(backend):
+    a100 = DeviceInfo.target("sm_80")
+    spec = default_spec("mma", BIG, a100)
+    m = backend.compile(spec, BIG, a100).meta
+    assert m["arch"] == "sm_80" and m["spills_bytes"] == 0
+
+
+def test_compile_error_carries_nvrtc_log(backend):
+    spec = _spec(SPECS[0][0])
+    src = backend.render(spec, BIG) + "\n__device__ int broken() { return undeclared_thing_42; }\n"
+    with pytest.raises(CompileError) as e:
+        backend.compile_source(spec, src, "sm_90a", "nn")
+    assert "undeclared_thing_42" in e.value.log
+    assert "undeclared_thing_42" in str(e.value)
+
+
+def test_ptxas_log_parser():
+    log = ("ptxas info    : Compiling entry function 'k1' for 'sm_90a'\n"
+           "ptxas info    : Function properties for k1\n"
+           "ptxas         .     8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+           "ptxas info    : Used 96 registers, used 1 barriers, 2048 bytes smem\n"
+           "ptxas info    : Compiling entry function 'k2' for 'sm_90a'\n"
+           "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Used 12 registers, used 0 barriers\n")
+    r = cuda_mod.parse_ptxas_log(log)
+    assert r["k1"] == {"registers": 96, "stack_bytes": 8, "spill_stores": 4, "spill_loads": 4, "smem_static": 2048}
+    assert r["k2"]["registers"] == 12 and r["k2"]["smem_static"] == 0
+
+
+@pytest.mark.parametrize("family,want", [("wgmma", "HGMMA"), ("mma", "HMMA.16816.F32")])
+def test_sass_uses_tensor_cores_and_no_local_memory(backend, hopper, tmp_path, family, want):
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("no cuobjdump (ships with the triton wheel at triton/backends/nvidia/bin)")
+    spec = default_spec(family, BIG, hopper)
+    art = backend.compile(spec, BIG, hopper)
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(art.binary)
+    sass = subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    assert want in sass
+    for op in ("LDL", "STL"):
+        assert f" {op}" not in sass and f"\t{op}" not in sass, f"{family} SASS uses local memory ({op})"
+    if family == "wgmma":
+        assert "UTMALDG" in sass and "SYNCS" in sass       # TMA loads completing on mbarriers
+    else:
+        assert "LDGSTS" in sass and "LDSM" in sass          # cp.async and ldmatrix
+
+
+def test_cli_compile_only(tmp_path):
+    env = {**os.environ, "CUDAL2_CACHE_DIR": str(tmp_path)}
+    for extra in ([], ["--family", "wgmma", "--layout", "nt"]):
+        r = subprocess.run([sys.executable, "-m", "cudal2.cli", "check", "--backend", "cuda", "--compile-only",
+                            "--shape", "4096x4096x4096", *extra], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        out = dict(line.split(None, 1) for line in r.stdout.splitlines() if line.strip())
+        assert out["spills_bytes"] == "0" and int(out["registers"]) > 0
+        assert out["kernel"] == ("cudal2_wgmma" if extra else "cudal2_mma_vec")

@@ -1,0 +1,251 @@
+"""Registry: round-trip, atomic writes, tamper/corruption refusal, nearest-problem choice, CLI."""
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from cudal2.cli import app
+from cudal2.problems import Problem
+from cudal2.registry import (Entry, Registry, RegistryError, record_cublas, record_winner, sha256_text,
+                             shipped_root)
+
+DEV = "h200-sm90"
+TILED = "backend=triton family=tiled bm=64 bn=64 bk=64 warps=4 stages=4 group_m=8"
+PERSIST = "backend=triton family=persistent bm=128 bn=128 bk=64 warps=8 stages=4 group_m=8 subtile=2"
+SPLITK16 = "backend=triton family=tiled bm=64 bn=64 bk=64 warps=4 stages=3 group_m=8 split_k=16"
+MMA = "backend=cuda family=mma bm=64 bn=64 bk=32 warps=4 stages=4"
+runner = CliRunner()
+
+
+def entry(problem, spec=TILED, t=10.0, best=12.0):
+    backend = "cublas" if spec is None else spec.split()[0].split("=")[1]
+    return Entry(problem=Problem.parse(problem).text, device=DEV, backend=backend, spec=spec or "",
+                 time_us=t, best_cublas_us=best, best_cublas="cublas-tn",
+                 baselines_us={"torch": best * 1.1, "cublas-tn": best}, check={"passed": True, "reason": ""},
+                 versions={"torch": "2.13.0"})
+
+
+def src(tag):
+    return f"# generated kernel {tag}\nimport triton\n"
+
+
+def test_round_trip(tmp_path):
+    reg = Registry.load(tmp_path)
+    assert reg.all() == []                       # a new registry is empty, not an error
+    e = reg.add(entry("256x512x128:nt", MMA), "// cuda " + src("a"))
+    reg.add(entry("64x64x64", None, t=5.0, best=5.0), None)
+    back = Registry.load(tmp_path)
+    got = back.lookup(Problem(256, 512, 128, "nt"), DEV)
+    assert got == e and got.source.startswith(f"kernels_cuda/generated/{DEV}/") and got.source.endswith(".cu")
+    assert back.read_source(got) == "// cuda " + src("a")
+    assert got.sha256 == sha256_text("// cuda " + src("a"))
+    assert got.speedup() == pytest.approx(12.0 / 10.0)
+    cub = back.lookup(Problem(64, 64, 64), DEV)
+    assert cub.backend == "cublas" and cub.source is None
+    assert back.lookup(Problem(64, 64, 64, "nt"), DEV) is None      # layout is part of the key
+    assert back.lookup(Problem(256, 512, 128, "nt"), "a100-sm80") is None
+
+
+def test_atomic_index_write(tmp_path, monkeypatch):
+    reg = Registry.load(tmp_path)
+    reg.add(entry("128x128x128"), src("old"))
+    before = (tmp_path / "index.json").read_bytes()
+    real = os.replace
+
+    def crash(a, b):          # die between writing the temp index and renaming it
+        if str(b).endswith("index.json"):
+            raise OSError("simulated crash before rename")
+        return real(a, b)
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="simulated"):
+        reg.add(entry("256x256x256"), src("new"))
+    monkeypatch.setattr(os, "replace", real)
+    assert (tmp_path / "index.json").read_bytes() == before
+    back = Registry.load(tmp_path)
+    assert [e.problem for e in back.all()] == ["128x128x128:nn"]
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]   # temp file cleaned up
+
+
+def test_tampered_and_missing_sources_are_refused(tmp_path):
+    reg = Registry.load(tmp_path)
+    e1 = reg.add(entry("128x128x128"), src("one"))
+    e2 = reg.add(entry("256x256x256"), src("two"))
+    (tmp_path / e1.source).write_text(src("one") + "# edited\n")
+    (tmp_path / e2.source).unlink()
+    with pytest.raises(RegistryError, match=f"{DEV}/128x128x128:nn.*edited or corrupt"):
+        reg.read_source(e1)
+    with pytest.raises(RegistryError, match=f"{DEV}/256x256x256:nn.*missing"):
+        reg.read_source(e2)
+    bad = {r.entry: r.reason for r in reg.verify(gpu=False) if not r.ok}
+    assert set(bad) == {e1.key, e2.key}
+    res = runner.invoke(app, ["registry", "verify", "--registry", str(tmp_path), "--no-gpu"])
+    assert res.exit_code == 1
+    assert e1.key in res.output and e2.key in res.output
+
+
+def test_verify_passes_clean_registry(tmp_path):
+    reg = Registry.load(tmp_path)
+    reg.add(entry("128x128x128"), src("one"))
+    reg.add(entry("64x64x64", None), None)
+    assert all(r.ok for r in reg.verify(gpu=False))
+    res = runner.invoke(app, ["registry", "verify", "--registry", str(tmp_path), "--no-gpu"])
+    assert res.exit_code == 0, res.output
+    assert "2 ok, 0 bad" in res.output
+
+
+@pytest.mark.parametrize("text,match", [("{not json", "not valid JSON"),
+                                        ('{"devices": {}}', "not a cudal2 registry"),
+                                        ('{"format": "cudal2-registry", "version": 99, "devices": {}}', "version 99")])
+def test_garbage_index_is_a_clear_error(tmp_path, text, match):
+    (tmp_path / "index.json").write_text(text)
+    with pytest.raises(RegistryError, match=match):
+        Registry.load(tmp_path)
+    res = runner.invoke(app, ["registry", "list", "--registry", str(tmp_path)])
+    assert res.exit_code == 2 and match.split()[0] in res.output
+
+
+def test_malformed_entries_refused_by_name(tmp_path):
+    reg = Registry.load(tmp_path)
+    reg.add(entry("128x128x128"), src("ok"))
+    data = json.loads((tmp_path / "index.json").read_text())
+    ents = data["devices"][DEV]["entries"]
+    good = ents["128x128x128:nn"]
+    ents["64x64x64:nn"] = {**good, "problem": "64x64x64:nn", "source": "../../etc/passwd"}
+    ents["32x32x32:nn"] = {**good, "problem": "32x32x32:nn", "backend": "magic"}
+    ents["16x16x16:nn"] = {**good, "problem": "16x16x16:nn", "spec": "bm=7"}
+    (tmp_path / "index.json").write_text(json.dumps(data))
+    with pytest.warns(UserWarning) as rec:
+        back = Registry.load(tmp_path)
+    msgs = " ".join(str(w.message) for w in rec)
+    for name in ("64x64x64:nn", "32x32x32:nn", "16x16x16:nn"):
+        assert f"{DEV}/{name}" in msgs
+    assert [e.problem for e in back.all()] == ["128x128x128:nn"]
+    assert {k for k, _ in back.bad} == {f"{DEV}/64x64x64:nn", f"{DEV}/32x32x32:nn", f"{DEV}/16x16x16:nn"}
+    assert sum(not r.ok for r in back.verify(gpu=False)) == 3
+    # Adding an entry rewrites the index but keeps the refused ones verbatim for inspection...
+    with pytest.warns(UserWarning):
+        back.add(entry("256x256x256"), src("new"))
+    kept = json.loads((tmp_path / "index.json").read_text())["devices"][DEV]["entries"]
+    assert kept["64x64x64:nn"]["source"] == "../../etc/passwd" and "256x256x256:nn" in kept
+    # ...and a good entry for a refused problem replaces it.
+    with pytest.warns(UserWarning):
+        back.add(entry("32x32x32"), src("fixed"))
+    with pytest.warns(UserWarning):
+        assert Registry.load(tmp_path).lookup(Problem(32, 32, 32), DEV).backend == "triton"
+
+
+def _hand_made(tmp_path):
+    reg = Registry(tmp_path)
+    for p, s in [("1024x1024x1024", PERSIST), ("2048x2048x2048", TILED), ("1024x1024x1024:nt", TILED),
+                 ("1000x1000x64", SPLITK16), ("8192x8192x8192", None)]:
+        e = entry(p, s)
+        e.source, e.sha256 = (None, None) if s is None else (f"kernels_triton/generated/{DEV}/x.py", "0" * 64)
+        reg.entries.setdefault(DEV, {})[e.problem] = e
+    return reg
+
+
+def test_nearest_picks_closest_valid_same_layout(tmp_path, hopper):
+    reg = _hand_made(tmp_path)
+    # N % 8 == 0: the persistent (TMA) entry at 1024^3 is nearest and valid.
+    assert reg.nearest(Problem(1000, 1016, 1000), DEV, hopper).problem == "1024x1024x1024:nn"
+    # N = 1001 breaks TMA's 16-byte rows: skip it for the farther tiled kernel, never the nt entry.
+    assert reg.nearest(Problem(1000, 1001, 1000), DEV, hopper).problem == "2048x2048x2048:nn"
+    # nt problems only see nt entries.
+    assert reg.nearest(Problem(1000, 1001, 1000, "nt"), DEV, hopper).problem == "1024x1024x1024:nt"
+    # split_k=16 needs >= 16 K-tiles: at K=64 (1 tile) that entry is skipped although it is closest.
+    assert reg.nearest(Problem(1000, 1000, 64), DEV, hopper).problem != "1000x1000x64:nn"
+    # A cuBLAS winner nearby means cuBLAS: dispatch gets it as the candidate.
+    assert reg.nearest(Problem(8000, 8000, 8000), DEV, hopper).backend == "cublas"
+    # Device key without a DeviceInfo: limits come from the key's sm90.
+    assert reg.nearest(Problem(1000, 1001, 1000), DEV).problem == "2048x2048x2048:nn"
+    assert reg.nearest(Problem(1000, 1001, 1000), "a100-sm80") is None
+    assert reg.nearest(Problem(1, 1, 1), DEV, hopper, max_distance=1.0) is None
+    exact = reg.candidates(Problem(2048, 2048, 2048), DEV, hopper)
+    assert exact[0].problem == "2048x2048x2048:nn"
+
+
+def test_record_winner(tmp_path):
+    m = {"spec": TILED, "problem": "512x512x512", "device": DEV, "status": "ok", "time_us": 8.0,
+         "best_cublas_us": 10.0, "baselines_us": {"torch": 11.0, "cublas-nn": 10.0},
+         "check": {"passed": True}, "versions": {"torch": "2.11"}, "run_id": 3, "ts": 1.0}
+    e = record_winner(tmp_path, m, src("w"))
+    assert e.backend == "triton" and e.speedup() == pytest.approx(1.25) and e.best_cublas == "cublas-nn"
+    assert record_winner(tmp_path, {**m, "time_us": 9.0}, src("slower")) is None   # kept the better one
+    loser = record_winner(tmp_path, {**m, "problem": "64x64x64", "time_us": 12.0}, src("x"))
+    assert loser.backend == "cublas" and loser.source is None and loser.times["best_kernel_us"] == 12.0
+    with pytest.raises(RegistryError, match="status"):
+        record_winner(tmp_path, {**m, "status": "wrong"}, src("w"))
+    back = Registry.load(tmp_path)
+    assert back.read_source(back.lookup(Problem(512, 512, 512), DEV)) == src("w")
+    c = record_cublas(tmp_path, "100x100x100:nt", DEV, {"torch": 6.0, "cublas-tn": 5.0})
+    assert c.backend == "cublas" and c.best_cublas == "cublas-tn" and c.time_us == 5.0
+    assert record_cublas(tmp_path, "512x512x512", DEV, {"torch": 1.0}) is None   # never over a winner
+
+
+def test_export_is_standalone(tmp_path):
+    reg = Registry.load(tmp_path / "a")
+    reg.add(entry("128x128x128"), src("one"))
+    reg.add(entry("64x64x64", None), None)
+    res = runner.invoke(app, ["registry", "export", str(tmp_path / "b"), "--registry", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    back = Registry.load(tmp_path / "b")
+    assert back.all() == reg.all()
+    assert back.read_source(back.lookup(Problem(128, 128, 128), DEV)) == src("one")
+    (tmp_path / "a" / reg.all()[0].source).write_text("tampered")
+    res = runner.invoke(app, ["registry", "export", str(tmp_path / "c"), "--registry", str(tmp_path / "a")])
+    assert res.exit_code == 1 and "128x128x128:nn" in res.output
+
+
+def test_list_and_show(tmp_path):
+    reg = Registry.load(tmp_path)
+    reg.add(entry("128x128x128", t=10.0, best=12.0), src("shown"))
+    # A wide terminal so rich does not wrap the cells the test looks for.
+    res = runner.invoke(app, ["registry", "list", "--registry", str(tmp_path)], env={"COLUMNS": "240"})
+    assert res.exit_code == 0 and "128x128x128:nn" in res.output and "1.200x" in res.output
+    res = runner.invoke(app, ["registry", "show", "128x128x128", "--registry", str(tmp_path)])
+    assert res.exit_code == 0 and "generated kernel shown" in res.output
+    res = runner.invoke(app, ["registry", "show", "99x99x99", "--registry", str(tmp_path)])
+    assert res.exit_code == 1 and "no entry" in res.output
+
+
+def test_shipped_and_env_override(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDAL2_REGISTRY", raising=False)
+    shipped = Registry.load()
+    assert shipped.shipped and shipped.root.resolve() == shipped_root().resolve()
+    assert (shipped.root / "index.json").is_file()      # ships valid (possibly empty)
+    e = entry("128x128x128")
+    e.source, e.sha256 = f"kernels_triton/generated/{DEV}/k.py", "0" * 64
+    import cudal2.kernels_triton as kt
+    assert shipped.source_path(e).parent.parent.parent.resolve() == \
+        __import__("pathlib").Path(kt.__file__).parent.resolve()
+    monkeypatch.setenv("CUDAL2_REGISTRY", str(tmp_path))
+    user = Registry.load()
+    assert user.root == tmp_path and not user.shipped
+    assert user.source_path(e) == tmp_path / e.source
+
+
+def test_problems_cli(tmp_path):
+    cfg = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "intermediate_size": 128, "vocab_size": 100}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    res = runner.invoke(app, ["problems", "--hf-config", str(path), "--tokens", "1,16"])
+    assert res.exit_code == 0, res.output
+    # q/o: 64x64; k/v: 32 out (2 kv heads x 16); gate/up: 128x64; down: 64x128; lm_head: 100x64.
+    want = [f"{t}x{n}x{k}:nt" for t in (1, 16) for n, k in ((64, 64), (32, 64), (128, 64), (64, 128), (100, 64))]
+    assert res.output.split() == want
+    res = runner.invoke(app, ["problems", "--hf-config", str(tmp_path / "nope.json")])
+    assert res.exit_code == 2 and "no such file" in res.output
+    res = runner.invoke(app, ["problems", "--hf-config", str(path), "--tokens", "a,b"])
+    assert res.exit_code == 2 and "integers" in res.output
+
+
+def test_path_forms(tmp_path):
+    reg = Registry.load(tmp_path)
+    reg.add(entry("128x128x128"), src("one"))
+    assert Registry.load(tmp_path / "index.json").all() == reg.all()     # the index file itself
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(RegistryError, match="is a file"):
+        Registry.load(tmp_path / "other.json")
