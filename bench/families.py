@@ -5,7 +5,7 @@ given the checker's random check (the full checker runs in tests/test_backends_g
 passing configs and torch.matmul timed together, interleaved, by cudal2.timing.offline (GPU time,
 CUDA events behind a queued sleep). Writes one CSV row per (shape, family) with the best config.
 
-  python bench/families.py --out bench/results/h200 [--families tiled,persistent,mma,wgmma]
+  python bench/families.py --out bench/results/h200-sm90 [--families tiled,persistent,mma,wgmma]
                            [--shapes bench|grid:N|MxNxK,...] [--max-seconds 480]
 """
 from __future__ import annotations
@@ -118,7 +118,7 @@ def geomean(xs):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="bench/results/h200")
+    ap.add_argument("--out", default="bench/results/h200-sm90")
     ap.add_argument("--families", default="tiled,persistent,mma,wgmma")
     ap.add_argument("--shapes", default="bench")
     ap.add_argument("--layouts", default="nn,nt")

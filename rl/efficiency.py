@@ -118,35 +118,43 @@ def _jitter(text: str) -> float:
     return 1.0 + 0.04 * (h - 0.5)        # +-2%, a deterministic function of (spec, problem)
 
 
-def stub_time_us(spec, p: Problem) -> tuple[str, float | None]:
-    """Planted: small problems (M*N <= 2^18) favour cuda/mma with small tiles; large ones favour
-    triton/persistent and cuda/wgmma with large tiles; tile waste on ragged edges costs; stages
-    near 4 are best; mma with split_k >= 8 computes wrong results; huge rings fail to compile."""
-    if spec.family == "mma" and spec.split_k >= 8:
-        return "wrong", None
-    if spec.stages >= 6 and spec.bm * spec.bn >= 128 * 256:
-        return "compile_error", None
-    small = p.M * p.N <= 1 << 18
-    fam = ({"mma": 1.0, "tiled": 1.25, "persistent": 1.5, "wgmma": 1.7} if small
-           else {"wgmma": 1.0, "persistent": 1.05, "tiled": 1.3, "mma": 1.6})[spec.family]
-    waste = (math.ceil(p.M / spec.bm) * spec.bm * math.ceil(p.N / spec.bn) * spec.bn) / (p.M * p.N)
-    size = (spec.bm * spec.bn / (128 * 128)) ** (0.15 if small else -0.15)
-    t_ideal = p.flops / 7e8 + 3.0                       # ~700 TFLOP/s plus a 3 us launch
-    t = t_ideal * fam * waste * size * (1 + 0.05 * abs(spec.stages - 4)) * _jitter(spec.text + p.text)
-    return "ok", t
+class StubClock:
+    """A FakeEvaluator clock with planted structure: small problems (M*N <= 2^18) favour cuda/mma
+    with small tiles; large ones cuda/wgmma and triton/persistent with large tiles; tile waste on
+    ragged edges costs; stages near 4 are best; mma with split_k = 8 computes wrong results;
+    rings of 6 stages of 128x256 tiles fail to compile. best-cuBLAS is 1.05x the ideal time."""
+
+    def __call__(self, spec, p: Problem) -> float:
+        from cudal2.backends.base import CompileError
+        from cudal2.measurement import WrongResult
+        if spec.family == "mma" and spec.split_k == 8:
+            raise WrongResult("stub clock: planted split-K race")
+        if spec.stages >= 6 and spec.bm * spec.bn >= 128 * 256:
+            raise CompileError("stub clock: planted ptxas failure")
+        small = p.M * p.N <= 1 << 18
+        fam = ({"mma": 1.0, "tiled": 1.25, "persistent": 1.5, "wgmma": 1.7} if small
+               else {"wgmma": 1.0, "persistent": 1.05, "tiled": 1.3, "mma": 1.6})[spec.family]
+        waste = (math.ceil(p.M / spec.bm) * spec.bm * math.ceil(p.N / spec.bn) * spec.bn) / (p.M * p.N)
+        size = (spec.bm * spec.bn / (128 * 128)) ** (0.15 if small else -0.15)
+        return self.ideal(p) * fam * waste * size * (1 + 0.05 * abs(spec.stages - 4)) * _jitter(spec.text + p.text)
+
+    @staticmethod
+    def ideal(p: Problem) -> float:
+        return p.flops / 7e8 + 3.0                      # ~700 TFLOP/s plus a 3 us launch
+
+    def baselines(self, p: Problem) -> dict[str, float]:
+        return {"torch": 1.08 * self.ideal(p), "cublas-nn": 1.05 * self.ideal(p)}
 
 
-def synthetic_measurements(problems: list[Problem], device, device_key: str, n_specs: int = 200,
-                           seed: int = 0) -> list[Measurement]:
-    """n_specs uniformly sampled valid specs per problem, timed by stub_time_us."""
+def synthetic_measurements(problems: list[Problem], device, n_specs: int = 200, seed: int = 0,
+                           clock=None) -> list[Measurement]:
+    """n_specs uniformly sampled valid specs per problem, measured by a FakeEvaluator on `clock`
+    (StubClock by default); early stop is off so every correct spec gets its time."""
+    from cudal2.evaluate import FakeEvaluator
+    ev = FakeEvaluator(clock or StubClock(), device, early_stop=None)
     gen = torch.Generator().manual_seed(seed)
     out = []
     for p in problems:
-        ref = (p.flops / 7e8 + 3.0) * 1.05
-        for s in {x.spec.text: x.spec for x in UniformPolicy().sample(p, device, n_specs, generator=gen)}.values():
-            status, t = stub_time_us(s, p)
-            out.append(Measurement(spec=s.text, problem=p.text, device=device_key, status=status,
-                                   reason="" if status == "ok" else f"stub clock: planted {status}",
-                                   time_us=t, best_cublas_us=ref, baselines_us={"torch": ref},
-                                   check={"passed": status == "ok"}, meta={"stub": True}))
+        specs = list({x.spec.text: x.spec for x in UniformPolicy().sample(p, device, n_specs, generator=gen)}.values())
+        out += ev.evaluate(p, specs)
     return out

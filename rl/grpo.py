@@ -20,9 +20,9 @@ from .policy import few_threads
 
 @dataclass
 class GRPOConfig:
-    lr: float = 3e-3
+    lr: float = 1e-3
     clip: float = 0.2
-    kl_coef: float = 0.02
+    kl_coef: float = 0.05
     inner_steps: int = 2          # gradient steps per group on the same samples (the ratio clip guards them)
     eps: float = 1e-6
     max_grad_norm: float = 1.0
@@ -63,9 +63,12 @@ class GRPO:
         if not samples or float(adv.abs().max()) == 0.0 and self.cfg.kl_coef == 0.0:
             return {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
         pol = self.module
-        old = torch.stack([s.old_logp for s in samples]).to(self.acc.device)
         with torch.no_grad():
             ref, _ = self.ref.token_logprobs(problem, device, samples)
+        # Answers of the HF policy differ in length: pad the sampling-time log-probs like the rest.
+        old = torch.zeros_like(ref)
+        for j, s in enumerate(samples):
+            old[j, :len(s.old_logp)] = s.old_logp.to(old.device)
         stats = {}
         for _ in range(self.cfg.inner_steps):
             logp, choice = pol.token_logprobs(problem, device, samples)

@@ -54,6 +54,7 @@ class Sample:
     allowed: list[list[int]] = field(default_factory=list)
     old_logp: torch.Tensor | None = None
     reason: str = ""
+    prompt: str = ""          # HF policy: the prompt it answered (the context of its log-probs)
 
 
 @functools.lru_cache(maxsize=1 << 18)
