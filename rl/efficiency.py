@@ -52,7 +52,7 @@ def train_policy(train: list[Problem], evaluator, device, *, budget: int = 64, g
     search = Search(policy, evaluator, device, getattr(evaluator, "device_key", None), store=store,
                     run_id=run_id, group=group, seed=seed, on_event=on_event, checkpoint_dir=None)
     for e in range(epochs):
-        search.run(train, budget)
+        search.run(train, budget, interleave=True)
     return search.trainer.module
 
 
@@ -93,6 +93,33 @@ def study(train: list[Problem], test: list[Problem], evaluator, device, *, budge
         "eval_s_per_shape": {m: sum(r[m]["eval_s"] for r in rows) / max(len(rows), 1) for m in METHODS},
         "train_s": train_s,
     }
+
+
+class CachedEvaluator:
+    """A GPU evaluator behind a store: specs already measured there (exact key) come back from the
+    store, the rest are evaluated and stored at once. A study killed by a time limit and started
+    again with the same seed makes the same choices on the same results, so it replays up to where
+    it stopped and goes on; `eval_s` of the replayed part is then not GPU time (see `cached`)."""
+
+    def __init__(self, evaluator, store, run_id=None, device_key: str | None = None):
+        self.inner, self.store, self.run_id = evaluator, store, run_id
+        self.device_key = device_key or evaluator.device.key
+        self.cached = 0
+
+    def evaluate(self, problem, specs):
+        have = {m.spec: m for m in self.store.measurements(problem=problem.text, device=self.device_key)}
+        out = [have.get(s.text) for s in specs]
+        todo = [s for s, m in zip(specs, out) if m is None]
+        self.cached += len(specs) - len(todo)
+        if todo:
+            fresh = self.inner.evaluate(problem, todo)
+            self.store.add(fresh, run_id=self.run_id)
+            it = iter(fresh)
+            out = [m if m is not None else next(it) for m in out]
+        return out
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def markdown(result: dict) -> str:

@@ -2,8 +2,7 @@
 
 Per problem a group of G samples with rewards r_1..r_G; advantage A_i = (r_i - mean) / (std + eps),
 shared by every token of sample i. Loss per choice token (PPO-style clipped surrogate, plus a KL
-penalty to the frozen starting policy by the non-negative k3 estimator exp(q) - q - 1 with
-q = logp_ref - logp):
+penalty to the frozen starting policy by the k2 estimator q^2 / 2 with q = logp - logp_ref):
     -min(rho * A, clip(rho, 1-eps_clip, 1+eps_clip) * A) + beta * KL,   rho = exp(logp - logp_old)
 A group whose rewards are all equal carries no signal (all A = 0) and only the KL term acts.
 accelerate's Accelerator places the policy on whatever device there is (CPU, one GPU, ...).
@@ -20,7 +19,7 @@ from .policy import few_threads
 
 @dataclass
 class GRPOConfig:
-    lr: float = 1e-3
+    lr: float = 3e-3
     clip: float = 0.2
     kl_coef: float = 0.05
     inner_steps: int = 2          # gradient steps per group on the same samples (the ratio clip guards them)
@@ -76,8 +75,10 @@ class GRPO:
             ratio = torch.exp(logp - old)
             a = adv[:, None]
             surr = torch.minimum(ratio * a, ratio.clamp(1 - self.cfg.clip, 1 + self.cfg.clip) * a)
-            q = ref - logp
-            kl = torch.exp(q) - q - 1
+            # k2, not k3 (exp(-q) + q - 1): the search draws hot samples the policy has already
+            # pushed far below the reference, where k3's exponential gradient would push them back up.
+            q = logp - ref
+            kl = 0.5 * q * q
             per_tok = -surr + self.cfg.kl_coef * kl
             loss = (per_tok * w).sum() / w.sum().clamp(min=1.0)
             self.opt.zero_grad()

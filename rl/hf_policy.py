@@ -79,11 +79,12 @@ class HFPolicy(nn.Module):
 
     # ---- answering ----------------------------------------------------------------------------------
     def _generate(self, text: str, n: int, temperature: float, generator) -> list[str]:
-        ids = self.tok(text, return_tensors="pt").input_ids.to(self.device)
+        enc = self.tok(text, return_tensors="pt")
+        ids, att = enc.input_ids.to(self.device), enc.attention_mask.to(self.device)
         if generator is not None:   # generate() draws from the global RNG: seed it from ours
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
         with torch.no_grad():
-            out = self.lm.generate(ids, do_sample=True, temperature=max(temperature, 1e-3), top_k=0,
+            out = self.lm.generate(ids, attention_mask=att, do_sample=True, temperature=max(temperature, 1e-3), top_k=0,
                                    max_new_tokens=MAX_NEW_TOKENS, num_return_sequences=n,
                                    pad_token_id=self.tok.pad_token_id)
         return [self.tok.decode(o[ids.shape[1]:], skip_special_tokens=True).split("\n")[0].strip() for o in out]

@@ -2,7 +2,8 @@
 
 Input sequence: [context embedding, tok_0, ..., tok_{i-1}] -> logits for field FIELDS[i]. The
 context embedding is a small MLP over rl.features.context_vector (problem + device), fed through
-`inputs_embeds`, so one network serves every shape and card. At each step the logits of tokens
+`inputs_embeds` as the first position and added to every token's embedding, so one network serves
+every shape and card. At each step the logits of tokens
 whose values `cudal2.spec.valid_values` rejects are -inf: sampling can never reach a dead end,
 so every sample passes `validate` (the mask is exact, not a penalty learnt after the fact).
 
@@ -21,12 +22,13 @@ from torch import nn
 
 from cudal2.device import DeviceInfo
 from cudal2.problems import Problem
-from cudal2.spec import CHOICES, FIELDS, KernelSpec, valid_values
+from cudal2.spec import FIELDS, KernelSpec, valid_values
 
 from .features import N_FEATURES, context_vector
 from .vocab import VOCAB
 
 T = len(FIELDS)
+_VALUE = {i: VOCAB.value(i) for ids in VOCAB.field_tokens.values() for i in ids}
 
 
 @contextlib.contextmanager
@@ -70,9 +72,21 @@ def allowed_values(prefix: tuple, problem: Problem, device: DeviceInfo, backends
     return tuple(vals)
 
 
+@functools.lru_cache(maxsize=1 << 18)
+def _allowed_ids(prefix: tuple, problem: Problem, device: DeviceInfo, backends: tuple | None):
+    """(token ids, additive mask row [V]) of allowed_values; cached, the sampler's inner loop."""
+    f = FIELDS[len(prefix)]
+    ids = [VOCAB.id(f, v) for v in allowed_values(prefix, problem, device, backends)]
+    row = torch.full((len(VOCAB),), float("-inf"))
+    row[ids] = 0.0
+    return ids, row
+
+
 def masked_sample(problem: Problem, device: DeviceInfo, n: int, logits_fn, *, generator=None,
                   backends: tuple | None = None, temperature: float = 1.0) -> list[Sample]:
-    """Sample n specs field by field; logits_fn(tokens [n,i]) -> logits [n,V] for step i."""
+    """Sample n specs field by field; logits_fn(tokens [n,i]) -> logits [n,V] for step i.
+    `temperature`: a float, or a tensor [n] of one temperature per row (one batched call serves
+    the search's cold and hot draws together)."""
     toks = torch.zeros((n, 0), dtype=torch.long)
     prefixes: list[tuple] = [() for _ in range(n)]
     allowed: list[list[list[int]]] = [[] for _ in range(n)]
@@ -80,18 +94,20 @@ def masked_sample(problem: Problem, device: DeviceInfo, n: int, logits_fn, *, ge
     for i, f in enumerate(FIELDS):
         with torch.no_grad():
             logits = logits_fn(toks).float().cpu()
-        mask = torch.full_like(logits, float("-inf"))
+        rows = []
         for j in range(n):
-            ids = [VOCAB.id(f, v) for v in allowed_values(prefixes[j], problem, device, backends)]
+            ids, row = _allowed_ids(prefixes[j], problem, device, backends)
             allowed[j].append(ids)
-            mask[j, ids] = 0.0
+            rows.append(row)
+        mask = torch.stack(rows)
         # Draw at `temperature` (the search heats up to escape known specs), but record the log-prob
         # under the policy itself (T = 1): that is the distribution GRPO's ratio is taken against.
-        draw = torch.softmax(logits / temperature + mask, dim=-1)
+        temp = temperature[:, None] if torch.is_tensor(temperature) else temperature
+        draw = torch.softmax(logits / temp + mask, dim=-1)
         pick = torch.multinomial(draw, 1, generator=generator).squeeze(1)
         logps[:, i] = torch.log_softmax(logits + mask, dim=-1).gather(1, pick[:, None]).squeeze(1)
         toks = torch.cat([toks, pick[:, None]], dim=1)
-        prefixes = [p + (VOCAB.value(int(t)),) for p, t in zip(prefixes, pick)]
+        prefixes = [p + (_VALUE[int(t)],) for p, t in zip(prefixes, pick)]
     return [Sample(spec=KernelSpec(**dict(zip(FIELDS, prefixes[j]))), tokens=toks[j].tolist(),
                    allowed=allowed[j], old_logp=logps[j]) for j in range(n)]
 
@@ -110,6 +126,7 @@ class SpecPolicy(nn.Module):
 
     trainable = True
     name = "default"
+    row_temperatures = True     # sample() takes a tensor of per-row temperatures
 
     def __init__(self, d_model: int = 64, n_layer: int = 2, n_head: int = 4, seed: int = 0):
         super().__init__()
@@ -130,9 +147,12 @@ class SpecPolicy(nn.Module):
     def logits(self, ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """ctx [B,F], tokens [B,t] -> logits [B, t+1, V] (position i predicts field i)."""
         dev = self.device
-        emb = [self.ctx(ctx.to(dev))[:, None, :]]
+        c = self.ctx(ctx.to(dev))[:, None, :]
+        emb = [c]
         if tokens.shape[1]:
-            emb.append(self.lm.transformer.wte(tokens.to(dev)))
+            # The context is also added to every spec token: a 2-layer model conditions on it far
+            # sooner than through attention to one prefix position (the problem decides the tile).
+            emb.append(self.lm.transformer.wte(tokens.to(dev)) + c)
         return self.lm(inputs_embeds=torch.cat(emb, dim=1)).logits
 
     def _ctx(self, problem, device, n):
@@ -187,6 +207,7 @@ class UniformPolicy:
 
     trainable = False
     name = "random"
+    row_temperatures = True
 
     def sample(self, problem, device, n, *, generator=None, backends=None, temperature=1.0):
         return masked_sample(problem, device, n, lambda toks: torch.zeros((toks.shape[0], len(VOCAB))),

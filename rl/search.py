@@ -95,16 +95,28 @@ class FixedListPolicy:
 
 
 def _atomic_save(save: Callable[[Path], None], dest: Path) -> None:
+    """Write to a temporary name, then rename over `dest` (a file, or the HF policy's directory)."""
+    import shutil
     tmp = dest.with_name(dest.name + ".tmp")
+    if tmp.is_dir():
+        shutil.rmtree(tmp)
     save(tmp)
-    os.replace(tmp, dest)
+    if tmp.is_dir() and dest.is_dir():
+        old = dest.with_name(dest.name + ".old")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(dest, old)       # a kill between these two renames leaves .old for restore()
+        os.replace(tmp, dest)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, dest)
 
 
 class Search:
     def __init__(self, policy, evaluator, device: DeviceInfo, device_key: str | None = None, *,
                  store=None, run_id: int | None = None, group: int = 8, backends: tuple | None = None,
                  seed: int = 0, update: bool = True, grpo: GRPOConfig | None = None,
-                 checkpoint_dir: str | Path | None = None, resume: bool = False, patience: int = 3,
+                 checkpoint_dir: str | Path | None = None, resume: bool = False, patience: int = 5,
                  temperatures: tuple = (1.0, 1.5, 2.0, 3.0),
                  on_event: Callable[..., None] | None = None):
         if group < 1:
@@ -135,6 +147,8 @@ class Search:
 
     def restore(self) -> bool:
         pol_path, tr_path = self.ckdir / "policy.pt", self.ckdir / "trainer.pt"
+        if not pol_path.exists() and pol_path.with_name("policy.pt.old").is_dir():
+            pol_path = pol_path.with_name("policy.pt.old")
         if not pol_path.exists():
             return False
         loaded = type(self.trainer.module).load(pol_path)
@@ -145,10 +159,26 @@ class Search:
         return True
 
     # ---- the loop ---------------------------------------------------------------------------------
-    def run(self, problems: list[Problem], budget: int) -> list[ProblemResult]:
-        return [self.run_problem(p, budget) for p in problems]
+    def run(self, problems: list[Problem], budget: int, interleave: bool = False) -> list[ProblemResult]:
+        """All problems, one after the other; or with `interleave`, one group of each in turn
+        (round robin), which trains a policy across shapes without it swinging to each shape's
+        optimum in turn (used for training; generate keeps the order so shapes finish one by one)."""
+        if not interleave:
+            return [self.run_problem(p, budget) for p in problems]
+        states = [self._start(p, budget) for p in problems]
+        while any(not st["done"] for st in states):
+            for st in states:
+                if not st["done"]:
+                    self._advance(st)
+        return [st["res"] for st in states]
 
     def run_problem(self, problem: Problem, budget: int) -> ProblemResult:
+        st = self._start(problem, budget)
+        while not st["done"]:
+            self._advance(st)
+        return st["res"]
+
+    def _start(self, problem: Problem, budget: int) -> dict:
         res = ProblemResult(problem)
         known: dict[str, Measurement] = {}
         if self.resume and self.store is not None:
@@ -158,52 +188,79 @@ class Search:
                     res.evaluated.append(m)
             res.resumed = len(known)
         self.on_event("problem_start", problem=problem, result=res, budget=budget)
-        stale = 0
-        while len(res.evaluated) < budget and stale < self.patience:
-            samples = self._propose(problem, known)
-            if not samples:
-                break     # a fixed list that ran out
-            new = self._evaluate_group(problem, samples, known, res, budget)
-            stale = 0 if new else stale + 1
-        self.on_event("problem_done", problem=problem, result=res)
-        return res
+        # alias: replay answers an asked spec with a measured neighbour; asked text -> measured text.
+        st = {"problem": problem, "budget": budget, "res": res, "known": known, "alias": {}, "stale": 0,
+              "done": False}
+        self._check_done(st)
+        return st
 
-    def _propose(self, problem, known) -> list[Sample]:
-        """Up to `group` samples of distinct specs not yet measured for the problem. Known specs
-        would cost no evaluation but teach nothing new, and a converged policy proposes mostly
-        those: draw again, hotter each time (T = 1, 1.5, 2, 3), before giving up on new ones."""
-        picked: dict[str, Sample] = {}
-        first: list[Sample] = []
-        for temp in self.temperatures:
-            draw = self.policy.sample(problem, self.device, self.group, generator=self.gen,
-                                      backends=self.backends, temperature=temp)
-            first = first or draw
+    def _check_done(self, st) -> None:
+        if not st["done"] and (len(st["res"].evaluated) >= st["budget"] or st["stale"] >= self.patience):
+            st["done"] = True
+            self.on_event("problem_done", problem=st["problem"], result=st["res"])
+
+    def _advance(self, st) -> None:
+        group, extra = self._propose(st["problem"], st["known"], st["alias"])
+        if not group and not extra:
+            st["stale"] = self.patience      # a fixed list that ran out
+        else:
+            new = self._evaluate_group(st["problem"], group, extra, st["known"], st["alias"], st["res"], st["budget"])
+            st["stale"] = 0 if new else st["stale"] + 1
+        self._check_done(st)
+
+    def _propose(self, problem, known, alias) -> tuple[list[Sample], list[Sample]]:
+        """The training group (one on-policy draw of `group` samples at T = 1, duplicates and
+        known specs included, so GRPO's estimate is unbiased) and extra exploration samples.
+        A converged policy proposes mostly known specs, which cost nothing but find nothing: then
+        draw again, hotter each time (T = 1.5, 2, 3), to fill the group's evaluations with new
+        specs. Those hot draws are evaluated and stored but not trained on (they are off-policy)."""
+        def unknown(s):
+            return s.spec is not None and alias.get(s.spec.text, s.spec.text) not in known
+        G, temps = self.group, self.temperatures
+        if getattr(self.policy, "row_temperatures", False) and len(temps) > 1:
+            # One batched call for the cold group and all hot draws: the cost is per forward, not per row.
+            t = torch.tensor([x for x in temps for _ in range(G)])
+            allrows = self.policy.sample(problem, self.device, len(t), generator=self.gen,
+                                         backends=self.backends, temperature=t)
+            group, hot = allrows[:G], [allrows[k * G:(k + 1) * G] for k in range(1, len(temps))]
+        else:
+            group = self.policy.sample(problem, self.device, G, generator=self.gen,
+                                       backends=self.backends, temperature=temps[0])
+            hot = None
+        if isinstance(self.policy, FixedListPolicy):
+            return group, []   # a fixed list hands out each entry once: drawing again skips entries
+        new = {s.spec.text for s in group if unknown(s)}
+        extra: list[Sample] = []
+        for k, temp in enumerate(temps[1:]):
+            if len(new) >= G:
+                break
+            draw = hot[k] if hot is not None else self.policy.sample(
+                problem, self.device, G, generator=self.gen, backends=self.backends, temperature=temp)
             for s in draw:
-                key = s.spec.text if s.spec is not None else f"rejected:{len(picked)}"
-                if key not in known and key not in picked and len(picked) < self.group:
-                    picked[key] = s
-            if len(picked) >= self.group or isinstance(self.policy, FixedListPolicy):
-                break     # a fixed list hands out each entry once: drawing again skips entries
-        return list(picked.values()) or first
+                if unknown(s) and s.spec.text not in new and len(new) < G:
+                    new.add(s.spec.text)
+                    extra.append(s)
+        return group, extra
 
-    def _evaluate_group(self, problem, samples, known, res, budget) -> int:
-        """Evaluate the group's unknown specs (up to the budget), store them, train; returns how many
-        new measurements it made."""
+    def _evaluate_group(self, problem, group, extra, known, alias, res, budget) -> int:
+        """Evaluate the unknown specs (group first, up to the budget), store them, train on the
+        group; returns how many new measurements it made."""
         todo: list[KernelSpec] = []
-        for s in samples:
-            if s.spec is not None and s.spec.text not in known and s.spec not in todo:
+        for s in group + extra:
+            if s.spec is not None and alias.get(s.spec.text, s.spec.text) not in known and s.spec not in todo:
                 todo.append(s.spec)
         todo = todo[:max(budget - len(res.evaluated), 0)]
-        got: dict[str, Measurement | None] = {}
         fresh: list[Measurement] = []
         if todo:
             t0 = time.perf_counter()
             out = self.evaluator.evaluate(problem, todo)
             res.eval_s += time.perf_counter() - t0
             for spec, m in zip(todo, out):
-                got[spec.text] = m
+                if m is None:
+                    continue      # replay: nothing measured near it
                 # Replay may answer with a neighbour's row; key by what was really measured.
-                if m is not None and m.spec not in known:
+                alias[spec.text] = m.spec
+                if m.spec not in known:
                     known[m.spec] = m
                     fresh.append(m)
                     res.evaluated.append(m)
@@ -211,14 +268,14 @@ class Search:
             # One transaction per group: a kill -9 loses at most this group's results.
             self.store.add([_copy_for_run(m) for m in fresh], run_id=self.run_id)
         kept, rewards = [], []
-        for s in samples:
+        for s in group:
             if s.spec is None:
                 # An HF answer that could not be made valid: it costs no evaluation; -1 like an invalid spec.
                 if s.tokens:
                     kept.append(s)
                     rewards.append(-1.0)
                 continue
-            m = known.get(s.spec.text) or got.get(s.spec.text)
+            m = known.get(alias.get(s.spec.text, s.spec.text))
             if m is None:
                 continue          # excluded by replay, or beyond the budget
             kept.append(s)
@@ -228,7 +285,7 @@ class Search:
         if self.trainer and len(kept) >= 2:
             stats = self.trainer.step(problem, self.device, kept, rewards)
             self.checkpoint()
-        self.on_event("group_done", problem=problem, result=res, fresh=fresh, stats=stats)
+        self.on_event("group_done", problem=problem, result=res, fresh=fresh, stats=stats, samples=group + extra)
         return len(fresh)
 
 

@@ -8,7 +8,7 @@ import torch
 
 from cudal2.measurement import Measurement
 from cudal2.problems import Problem
-from cudal2.rl.efficiency import StubClock, synthetic_measurements
+from cudal2.rl.efficiency import synthetic_measurements
 from cudal2.rl.policy import SpecPolicy
 from cudal2.rl.replay import ReplayEvaluator, spec_distance
 from cudal2.rl.reward import reward
@@ -21,7 +21,7 @@ LARGE = [Problem(2048, 2048, 2048), Problem(4096, 1024, 512), Problem(1024, 4096
 
 
 @pytest.fixture(scope="module")
-def table(tmp_path_factory, ):
+def table(tmp_path_factory):
     from cudal2.device import DeviceInfo
     path = tmp_path_factory.mktemp("replay") / "table.db"
     with Store(path) as st:
@@ -74,10 +74,10 @@ def test_replay_training_improves_mean_reward(table):
     policy = SpecPolicy(seed=0)
     initial = copy.deepcopy(policy)
     search = Search(policy, ev, device, ev.device_key, group=8, seed=0)
-    for _ in range(3):
-        search.run(SMALL + LARGE, 24)
+    for _ in range(2):
+        search.run(SMALL + LARGE, 24, interleave=True)
     before = _expected_reward(initial, ev, device, SMALL + LARGE)
     after = _expected_reward(search.trainer.module, ev, device, SMALL + LARGE)
-    # Seeded; measured ~{before} -> ~{after}. A margin of 0.15 in mean log-speedup (15%) is far
-    # above the spread of the 256-sample estimate (~0.03) and far below what training reaches.
+    # Seeded; measured -0.60 -> -0.30 (mean log-speedup over 256 samples). A margin of 0.15 is
+    # several times the sampling spread of that estimate and half of what training reached.
     assert after > before + 0.15, (before, after)

@@ -12,7 +12,6 @@ latest policy checkpoint is restored.
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -162,6 +161,10 @@ def _search(pol, evaluator, device, device_key, store, run_id, problems, budget,
         elif kind == "problem_start" and kw["result"].resumed:
             console.print(f"{kw['problem']}: {kw['result'].resumed} measurements already in the store")
         elif kind == "group_done":
+            rejected = [x.reason for x in kw.get("samples", []) if x.reason]
+            if rejected and not totals.get("rejected"):
+                console.print(f"note: the LM's answer was corrected: {rejected[0]}")
+            totals["rejected"] = totals.get("rejected", 0) + len(rejected)
             totals["evals"] += len(kw["fresh"])
             totals["fail"] += sum(m.status not in ("ok", "slow") for m in kw["fresh"])
             for m in kw["fresh"]:
@@ -179,6 +182,9 @@ def _search(pol, evaluator, device, device_key, store, run_id, problems, budget,
             results.append((res, _file_winner(registry, res, device_key)))
             prog.advance(task)
         prog.update(task, description="shapes")
+    if totals.get("rejected"):
+        console.print(f"{totals['rejected']} LM answers were rejected (unparseable or invalid) and corrected "
+                      "by constrained decoding; none was executed as written")
     return results
 
 
@@ -193,7 +199,9 @@ def _summary(results, device_key: str, store_path: str) -> None:
         t.add_row(res.problem.text, str(len(res.evaluated)), str(res.failures), b.spec if b else "-",
                   f"{b.time_us:.2f}" if b else "-", f"{b.best_cublas_us:.2f}" if b and b.best_cublas_us else "-",
                   f"{b.speedup:.3f}x" if b and b.speedup else "-", action)
-    Console().print(t)
+    con = Console()
+    # Piped (a log, a test): do not squeeze the spec column into the 80-column default.
+    (con if con.is_terminal else Console(width=240)).print(t)
 
 
 def register(app) -> None:
