@@ -10,7 +10,7 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-python3 -m pip install -q -e . --no-deps --no-build-isolation >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+python3 -m pip install -q -e . --no-deps --no-build-isolation >/tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }
 for stage in "$@"; do
   echo "=== $stage $(date +%T)"
   case "$stage" in
