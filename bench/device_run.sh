@@ -10,6 +10,7 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+[ -f .commit ] || git rev-parse --short HEAD >.commit 2>/dev/null || true
 python3 -m pip install -q -e . --no-deps --no-build-isolation >/tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }
 for stage in "$@"; do
   echo "=== $stage $(date +%T)"

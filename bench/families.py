@@ -14,7 +14,6 @@ import argparse
 import csv
 import json
 import math
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from cudal2.device import current
 from cudal2.problems import Problem, parse_shapes
 from cudal2.spec import KernelSpec, SpecError, is_valid
 from cudal2 import timing
+from cudal2.versions import collect, source_commit
 
 # Shapes: the two large cubes of the targets, and grid shapes from each FLOP class.
 BENCH_SHAPES = ("4096x4096x4096,8192x8192x8192,64x64x64,64x128x256,128x128x128,128x256x512,256x256x256,"
@@ -55,13 +55,6 @@ CONFIGS = {
               "bm=64 bn=128 bk=64 warps=8 stages=6", "bm=64 bn=64 bk=64 warps=8 stages=6"],
 }
 BACKEND = {"tiled": "triton", "persistent": "triton", "mma": "cuda", "wgmma": "cuda"}
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def bench_shape(p: Problem, families, dev, kernels: dict, log) -> list[dict]:
@@ -133,7 +126,7 @@ def main() -> None:
         sys.exit(f"error: unknown families {unknown}; known: {list(CONFIGS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = f"families_{_commit()}"
+    tag = f"families_{source_commit()}"
     logf = open(out / f"{tag}.log", "w")
 
     def log(msg):
@@ -160,7 +153,7 @@ def main() -> None:
                     f.flush()
                     log(f"{r['shape']:>22} {r['family']:<10} torch {r['torch_us']:>9} us  best {r['best_us']} us "
                         f"x{r['speedup']}  {r['tflops']} TF/s  {r['spec']}")
-    summary = {"device": dev.to_dict(), "commit": _commit(), "torch": torch.__version__,
+    summary = {"device": dev.to_dict(), "commit": source_commit(), "versions": collect(),
                "wall_s": round(time.time() - t0, 1), "families": {}}
     for fam in families:
         fr = [r for r in rows if r["family"] == fam]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
 import time
 import traceback
 from typing import Any, Callable
@@ -36,29 +35,9 @@ FATAL_EXIT = 70   # exit status of a worker that found its CUDA context dead
 
 
 def versions() -> dict[str, str]:
-    """Software versions that change kernel times or results; read where the kernels run."""
-    from importlib import metadata
-    v = {"python": platform.python_version()}
-    for dist in ("cudal2", "torch", "triton", "cuda-bindings", "cuda-python", "nvidia-cuda-nvrtc",
-                 "nvidia-cuda-nvrtc-cu12", "nvmath-python"):
-        try:
-            v[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return v
-
-
-def _gpu_versions(v: dict) -> dict:
-    import torch
-    v["torch_cuda"] = str(torch.version.cuda)
-    try:
-        from cuda.bindings import driver
-        err, ver = driver.cuDriverGetVersion()
-        if int(err) == 0:
-            v["driver_cuda"] = f"{ver // 1000}.{ver % 1000 // 10}"
-    except Exception:   # the driver version is informative; its absence must not stop a run
-        pass
-    return v
+    """Package versions and the source commit, read where the kernels run."""
+    from .versions import packages, source_commit
+    return {**packages(), "commit": source_commit()}
 
 
 # ---- the timing algorithm, shared by both handlers ------------------------------------------------
@@ -147,7 +126,8 @@ class GpuHandler:
         self.base: dict[str, Callable[[], None]] = {}
 
     def versions(self) -> dict:
-        return _gpu_versions(versions())
+        from .versions import gpu
+        return {**versions(), **gpu()}
 
     def healthy(self) -> bool:
         """Whether the CUDA context still works (an illegal address poisons it for good)."""

@@ -17,8 +17,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import platform
-import subprocess
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -31,57 +29,10 @@ def primary(mode: str) -> str:
 
 
 # ---- versions --------------------------------------------------------------------------------------
-def _nvidia_smi() -> dict:
-    fields = ("name", "driver_version", "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem",
-              "power.limit", "temperature.gpu")
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    if out.returncode != 0 or not out.stdout.strip():
-        return {}
-    vals = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
-    return {f"smi.{k}": v for k, v in zip(fields, vals)}
-
-
 def versions() -> dict:
-    """Software and card; every item optional (absent tools leave their keys out, never fail)."""
-    v: dict = {"python": platform.python_version()}
-    try:
-        from importlib.metadata import version
-        v["cudal2"] = version("cudal2")
-    except Exception:
-        pass
-    try:
-        import torch
-        v["torch"] = torch.__version__
-        v["cuda"] = torch.version.cuda
-        if torch.cuda.is_available():
-            v["card"] = torch.cuda.get_device_name()
-            from .device import current
-            v["device_key"] = current().key
-    except Exception:
-        pass
-    try:
-        import triton
-        v["triton"] = triton.__version__
-    except Exception:
-        pass
-    try:
-        from cuda.bindings import driver
-        err, ver = driver.cuDriverGetVersion()
-        if int(err) == 0:
-            v["cuda_driver_api"] = int(ver)
-    except Exception:
-        pass
-    try:
-        from .baselines import library_versions
-        v.update(library_versions())
-    except Exception:
-        pass
-    v.update(_nvidia_smi())
-    return v
+    """Software, card and commit (cudal2.versions.collect)."""
+    from .versions import collect
+    return collect()
 
 
 # ---- CSV / JSON ------------------------------------------------------------------------------------
