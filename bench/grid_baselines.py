@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import asdict
@@ -34,6 +35,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layout", default="nn", choices=("nn", "nt"))
     ap.add_argument("--start", type=int, default=0, help="first grid index of this chunk")
     ap.add_argument("--count", type=int, default=None, help="shapes in this chunk (default: to the end)")
+    ap.add_argument("--stride", type=int, default=1,
+                    help="visit grid index i*STRIDE mod 1000 (STRIDE coprime to 1000, e.g. 7): any prefix of a "
+                         "time-limited run then spreads over the whole grid instead of the smallest M")
     ap.add_argument("--time-limit", type=float, default=540.0, help="stop before this many seconds")
     ap.add_argument("--out", default=None, help="results folder (default bench/results/<device key>)")
     ap.add_argument("--min-ms", type=float, default=15.0)
@@ -64,6 +68,9 @@ def main(argv=None) -> int:
     rows = [json.loads(x) for x in jl.read_text().splitlines() if x.strip()] if jl.exists() else []
     have = {(r["shape"], r["layout"]) for r in rows}
     problems = grid(args.layout)
+    if math.gcd(args.stride, len(problems)) != 1:
+        raise SystemExit(f"error: --stride {args.stride} must be coprime to {len(problems)}")
+    problems = [problems[(i * args.stride) % len(problems)] for i in range(len(problems))]
     chunk = problems[args.start: None if args.count is None else args.start + args.count]
     todo = [p for p in chunk if (p.shape, p.layout) not in have]
     cfg = Config(min_calls=args.min_calls, min_ms=args.min_ms, server_calls=args.server_calls,
