@@ -1,17 +1,12 @@
 #!/usr/bin/env bash
 # One device call = one run of this script: install from the tree, then the named stages, with
-# every log under $OUT (at most 8 files come back). Stages: info tests bench baselines generate.
+# every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench.
+# To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-[ -f .commit ] || git rev-parse --short HEAD >.commit 2>/dev/null || true
-python3 -m pip install -q -e . --no-deps --no-build-isolation >/tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }
+source "$(dirname "$0")/device_env.sh"
 for stage in "$@"; do
   echo "=== $stage $(date +%T)"
   case "$stage" in

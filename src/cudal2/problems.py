@@ -122,7 +122,8 @@ def parse_shapes(arg: str, layout: str = "nn") -> list[Problem]:
         return read_shape_file(arg, layout)
     if not arg:
         raise ProblemError("no shapes given")
-    return [Problem.parse(s, layout) for s in arg.split(",") if s.strip()]
+    # `layout` is the default; a shape's own `:nt` / `:nn` suffix wins.
+    return [Problem.parse(s, None if ":" in s else layout) for s in arg.split(",") if s.strip()]
 
 
 def problems_from_hf_config(config: dict | str | Path, tokens: list[int], layout: str = "nt") -> list[Problem]:
