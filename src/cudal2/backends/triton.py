@@ -242,6 +242,9 @@ class TritonKernel:
         self._cex, self._opts = _constexprs(self.spec, self.layout)
         self._sm_count: int | None = None
         self._nt = self.layout == "nt"
+        # The launch without the per-call argument checks, for callers that have already made the
+        # arguments fp16, dense, aligned and of this layout (cudal2.ops' dispatch plans).
+        self.unchecked = self._launch
 
     def supports(self, problem: Problem) -> bool:
         return problem.layout == self.layout and is_valid(self.spec, problem, self.device)
