@@ -271,9 +271,11 @@ def _fake_lt(n_algos=3):
         d = objs[desc]
         (ar, ac, lda), (br, bc, ldb), (cr, cc, ldc) = objs[Ad]["dims"], objs[Bd]["dims"], objs[Dd]["dims"]
         ta, tb = d.get("TRANSA", 0), d.get("TRANSB", 0)
-        k = ac if ta == 0 else ar
+        m, k = (ar, ac) if ta == 0 else (ac, ar)
+        # The layouts must agree with each other: op(A) m x k, op(B) k x n, D m x n (stored sizes).
+        assert cr == m and (br, bc) == ((k, cc) if tb == 0 else (cc, k)), (objs[Ad], objs[Bd], objs[Dd])
         assert C == D and _view(algo, _ALGO, (1,), (1,))[0]["data_"][0] >= 100 and wss > 0
-        _gemm(ta, tb, cr, cc, k, alpha, A, lda, B, ldb, beta, D, ldc)
+        _gemm(ta, tb, m, cc, k, alpha, A, lda, B, ldb, beta, D, ldc)
 
     E = types.SimpleNamespace
     lt = E(MatmulDescAttribute=E(TRANSA="TRANSA", TRANSB="TRANSB"),

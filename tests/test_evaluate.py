@@ -178,6 +178,13 @@ def test_dedup_by_binary_not_by_text():
     assert [m.reason.startswith("duplicate binary of " + OK1) for m in ms] == [False, True, True]
 
 
+def test_defaults_are_the_baselines_and_checks_they_copy():
+    # evaluate.py repeats these names so the parent process need not import torch; keep them in step.
+    from cudal2 import baselines, check
+    from cudal2.evaluate import DEFAULT_CHECKS
+    assert DEFAULT_BASELINES == baselines.NAMES and DEFAULT_CHECKS == check.CHECKS
+
+
 def test_make_evaluator():
     ev = make_evaluator(None, workers=0)
     assert isinstance(ev, Evaluator)

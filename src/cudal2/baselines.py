@@ -229,7 +229,8 @@ def _lt_destroy(lt, desc, layouts, pref) -> None:
 
 # ---- autotune cache --------------------------------------------------------------------------------
 def _tune_cache_path(cache_dir) -> Path:
-    base = Path(cache_dir) if cache_dir else Path(os.path.expanduser("~/.cache/cudal2"))
+    from .timing import _cache_dir   # one default cache folder for the roofline and this
+    base = Path(cache_dir) if cache_dir else _cache_dir()
     return base / f"lt-autotune-{_device_key()}.json"
 
 

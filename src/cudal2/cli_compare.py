@@ -34,11 +34,6 @@ class Config:
     seed: int = 0
 
 
-def _flops_class(p) -> str:
-    from .stats import flop_class
-    return flop_class(p.flops)
-
-
 def kernel_source(spec_text: Optional[str], registry: Optional[str], device) -> Callable | None:
     """Returns problem -> (kernel | None, status), or None when compare runs baselines only."""
     from .backends import build_kernel
@@ -84,6 +79,7 @@ def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, dev
     import torch
     from . import baselines, timing
     from .check import reference
+    from .stats import flop_class
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     a = torch.randn(problem.M, problem.K, device=device, dtype=torch.float16, generator=gen)
     b = torch.randn(*problem.b_shape(), device=device, dtype=torch.float16, generator=gen)
@@ -94,7 +90,7 @@ def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, dev
                             tune_calls=cfg.tune_calls, retune=cfg.retune)
     del ref
     row: dict = {"shape": problem.shape, "M": problem.M, "N": problem.N, "K": problem.K,
-                 "layout": problem.layout, "gflop": problem.flops / 1e9, "class": _flops_class(problem),
+                 "layout": problem.layout, "gflop": problem.flops / 1e9, "class": flop_class(problem.flops),
                  "floor_us": timing.roofline_us(problem, peak)}
     cands = list(names)
     if kernel_for is not None:

@@ -69,7 +69,7 @@ class GpuActor:
 
 class RayEvaluator:
     def __init__(self, address: str | None = None, gpus: int | None = None, device_key: str | None = None,
-                 inflight: int = 2, workers: int | None = None, compile_fn: Callable | None = None,
+                 inflight: int = 2, compile_fn: Callable | None = None,
                  max_retries: int = 3, ray_init: dict | None = None, **evaluator_kw):
         ray = _ray()
         self._ray = ray
@@ -84,7 +84,8 @@ class RayEvaluator:
         if n < 1 or n > have:
             raise EvaluatorError(f"the Ray cluster has {have} GPU(s); asked for {gpus if gpus is not None else 'all'}")
         self.compile_fn = compile_fn or backend_compile
-        # workers is the local evaluator's compile pool; on Ray, compiles are tasks (one CPU each).
+        # Compiles are Ray tasks (one CPU each); a `workers` option (the local compile pool) reaches
+        # the actors in evaluator_kw, where GpuActor sets it to 0.
         self._compile = ray.remote(num_cpus=1, max_retries=1)(compile_one)
         actor_cls = ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_concurrency=1)(GpuActor)
         actors = [actor_cls.remote(evaluator_kw) for _ in range(n)]

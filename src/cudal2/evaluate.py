@@ -48,6 +48,29 @@ def parse_and_validate(s, problem: Problem, device: DeviceInfo) -> tuple[str, Ke
         return text, None, str(e)
 
 
+def _duplicate(orig: Measurement, text: str) -> Measurement:
+    """The result of `orig`'s binary, recorded for the spec `text` that compiled to the same one."""
+    d = Measurement.from_dict({**orig.to_dict(), "spec": text, "ts": time.time(), "run_id": None})
+    d.reason = f"duplicate binary of {orig.spec}" + (f"; {orig.reason}" if orig.reason else "")
+    return d
+
+
+def _apply_times(res: dict, ms: dict[str, Measurement]) -> float | None:
+    """gpu_worker.time_batch's reply into the measurements (binary hash -> Measurement) it timed;
+    returns best-cublas, the fastest baseline's median."""
+    base = res["baselines_us"]
+    best_cublas = min(base.values()) if base else None
+    for h, m in ms.items():
+        r = res["results"][h]
+        m.status, m.times, m.baselines_us, m.best_cublas_us = r["status"], r["times"], base, best_cublas
+        if r["status"] == "ok":
+            m.time_us = r["times"]["offline"]["median_us"]
+        else:
+            m.ratio = r["ratio"]
+            m.reason = f"early stop: {r['ratio']:.2f}x the best time known"
+    return best_cublas
+
+
 class Evaluator:
     def __init__(self, device_key: str | None = None, workers: int | None = None, timeout_s: float = 120.0,
                  early_stop: float | None = 3.0, *, checks: Sequence[str] = DEFAULT_CHECKS,
@@ -201,10 +224,7 @@ class Evaluator:
         for i in first.values():
             self._seen[(problem.text, out[i].binary_hash)] = out[i]
         for i, h in dups:
-            orig = self._seen[(problem.text, h)]
-            d = Measurement.from_dict({**orig.to_dict(), "spec": items[i][0], "ts": time.time(), "run_id": None})
-            d.reason = f"duplicate binary of {orig.spec}" + (f"; {orig.reason}" if orig.reason else "")
-            out[i] = d
+            out[i] = _duplicate(self._seen[(problem.text, h)], items[i][0])
         return out
 
     def _time(self, problem: Problem, arts: list[Artifact], ms: list[Measurement]) -> None:
@@ -221,16 +241,7 @@ class Evaluator:
             ms[0].status = "crash" if reply[0] == "error" else reply[0]
             ms[0].reason = f"{reply[1]} (while timing)"
             return
-        base = reply[1]["baselines_us"]
-        best_cublas = min(base.values()) if base else None
-        for art, m in zip(arts, ms):
-            r = reply[1]["results"][art.binary_hash]
-            m.status, m.times, m.baselines_us, m.best_cublas_us = r["status"], r["times"], base, best_cublas
-            if r["status"] == "ok":
-                m.time_us = r["times"]["offline"]["median_us"]
-            else:
-                m.ratio = r["ratio"]
-                m.reason = f"early stop: {r['ratio']:.2f}x the best time known"
+        best_cublas = _apply_times(reply[1], {art.binary_hash: m for art, m in zip(arts, ms)})
         known = [m.time_us for m in ms if m.time_us] + ([best_cublas] if best_cublas else []) + ([best] if best else [])
         if known:
             self._best[problem.text] = min(known)
@@ -326,21 +337,12 @@ class FakeEvaluator:
         best = self._best.get(problem.text)
         res = time_batch(_TableTimer({**base, **{h: t for h, (t, _) in timed.items()}}),
                          list(timed), sorted(base), cfg, best)
-        bc = min(res["baselines_us"].values()) if res["baselines_us"] else None
-        for h, (t, m) in timed.items():
-            r = res["results"][h]
-            m.status, m.times, m.baselines_us, m.best_cublas_us = r["status"], r["times"], res["baselines_us"], bc
-            if r["status"] == "ok":
-                m.time_us = t
-            else:
-                m.ratio, m.reason = r["ratio"], f"early stop: {r['ratio']:.2f}x the best time known"
+        bc = _apply_times(res, {h: m for h, (_, m) in timed.items()})
         known = [m.time_us for _, m in timed.values() if m.time_us] + [x for x in (bc, best) if x]
         if known:
             self._best[problem.text] = min(known)
         for i, text, h in dups:
-            orig = self._seen[(problem.text, h)]
-            out[i] = Measurement.from_dict({**orig.to_dict(), "spec": text, "ts": time.time(), "run_id": None})
-            out[i].reason = f"duplicate binary of {orig.spec}" + (f"; {orig.reason}" if orig.reason else "")
+            out[i] = _duplicate(self._seen[(problem.text, h)], text)
         return out
 
     evaluate_many = Evaluator.evaluate_many

@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-import traceback
 from typing import Any, Callable
 
 from .backends.base import Artifact, CompileError
@@ -102,8 +101,7 @@ def serve(conn, handler_factory: Callable[[dict], Any], cfg: dict) -> None:
                 raise ValueError(f"unknown request {op!r}")
         except Exception as e:
             fatal = not handler.healthy()
-            tb = traceback.format_exc(limit=3).strip().splitlines()[-1]
-            conn.send(("error", f"{type(e).__name__}: {e}".splitlines()[0][:400] or tb, fatal))
+            conn.send(("error", f"{type(e).__name__}: {e}".splitlines()[0][:400], fatal))
             if fatal:
                 os._exit(FATAL_EXIT)
             continue

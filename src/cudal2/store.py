@@ -98,8 +98,7 @@ class StoreError(RuntimeError):
 class Store:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        if self.path.parent and not self.path.parent.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             # isolation_level=None: we open transactions ourselves (BEGIN ... COMMIT in `_tx`).
             self._db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)

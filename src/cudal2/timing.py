@@ -59,6 +59,9 @@ class CudaClock:
         self._l2 = current().l2_bytes
 
     def mark(self):
+        # NOTE: one new event per mark (every mark must live until the loop's final sync); creating
+        # them is host work the queued sleep covers, so it does not reach the timings. A pool made
+        # before each batch would cut host time per call; not done without a GPU to re-test on.
         ev = self._torch.cuda.Event(enable_timing=True)
         ev.record()
         return ev
@@ -163,7 +166,7 @@ def offline(fns: Mapping[str, Fn], *, min_calls: int = 30, min_ms: float = 100.0
             fns[n]()
             seq.append((n, clock.mark()))
         for n in active:
-            done[n] += sum(1 for m, _ in seq if m == n)
+            done[n] += min(rounds, target[n] - done[n])   # how many of `calls` are n's
         batches.append((first, seq))
     clock.sync()
     samples: dict[str, list[float]] = {n: [] for n in names}
@@ -258,13 +261,16 @@ def measure_peak(clock: Clock | None = None) -> Peak:
         a = torch.randn(s, s, device="cuda", dtype=torch.float16)
         b = torch.randn(s, s, device="cuda", dtype=torch.float16)
         c = torch.empty(s, s, device="cuda", dtype=torch.float16)
-        st = offline({"mm": lambda: torch.matmul(a, b, out=c)}, min_calls=30, min_ms=100.0, clock=clock)["mm"]
+        # Bound as default arguments, not closed over: the `del` below then frees the buffers
+        # without leaving a closure whose names are gone.
+        st = offline({"mm": lambda a=a, b=b, c=c: torch.matmul(a, b, out=c)}, min_calls=30, min_ms=100.0,
+                     clock=clock)["mm"]
         rates.append(2.0 * s ** 3 / (st.median_us * 1e-6))
         del a, b, c
     n = 1 << 29  # fp16 elements: 1 GiB, far beyond any L2
     src = torch.randn(n, device="cuda", dtype=torch.float16)
     dst = torch.empty_like(src)
-    st = offline({"copy": lambda: dst.copy_(src)}, min_calls=30, min_ms=100.0, clock=clock)["copy"]
+    st = offline({"copy": lambda dst=dst, src=src: dst.copy_(src)}, min_calls=30, min_ms=100.0, clock=clock)["copy"]
     bw = 2.0 * src.numel() * src.element_size() / (st.median_us * 1e-6)
     del src, dst
     # `_sleep(0)` is a kernel that returns at once: back to back, its event delta is the launch cost.
