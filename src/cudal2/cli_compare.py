@@ -233,6 +233,9 @@ def compare_cmd(
     server_calls: int = typer.Option(50, "--server-calls", help="server: calls per candidate"),
     gap_ms: float = typer.Option(2.0, "--gap-ms", help="server: mean idle gap before each call"),
     tune_calls: int = typer.Option(5, "--tune-calls", help="cublaslt-autotune: timed calls per candidate"),
+    eager_calls: int = typer.Option(200, "--eager-calls", help="eager: calls per measurement (N calls, one sync)"),
+    eager_ms: float = typer.Option(20.0, "--eager-ms", help="eager: cap on host wall time per candidate"),
+    seed: int = typer.Option(0, "--seed", help="seed of the random inputs"),
     retune: bool = typer.Option(False, "--retune", help="cublaslt-autotune: ignore the on-disk choice"),
     remeasure: bool = typer.Option(False, "--remeasure-roofline", help="measure P, BW and launch again"),
     table: bool = typer.Option(True, "--table/--no-table", help="print the per-shape tables"),
@@ -264,7 +267,7 @@ def compare_cmd(
     if not gpu_available():
         fail("no CUDA GPU here: compare times kernels on a GPU (torch.cuda.is_available() is False)", code=3)
     cfg = Config(min_calls=min_calls, min_ms=min_ms, server_calls=server_calls, gap_ms=gap_ms,
-                 tune_calls=tune_calls, retune=retune)
+                 eager_calls=eager_calls, eager_ms=eager_ms, tune_calls=tune_calls, retune=retune, seed=seed)
     device = current()
     try:
         kernel_for = kernel_source(spec, registry, device)
