@@ -3,4 +3,3 @@
 Every knob is a `tl.constexpr` of the family's kernel; each module exposes KNOBS (spec field ->
 constexpr name), LAUNCH_OPTIONS, `launch(...)` and an fp32 `reference(...)`.
 """
-FAMILIES = ("tiled", "persistent")

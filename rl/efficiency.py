@@ -124,7 +124,7 @@ class CachedEvaluator:
 
 def markdown(result: dict) -> str:
     b = result["budgets"]
-    lines = [f"| method | " + " | ".join(f"best speedup @{x}" for x in b) + " | eval s / shape |",
+    lines = ["| method | " + " | ".join(f"best speedup @{x}" for x in b) + " | eval s / shape |",
              "| --- | " + " | ".join("---" for _ in b) + " | --- |"]
     for m in METHODS:
         g = result["geomean_best_speedup"][m]

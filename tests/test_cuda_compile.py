@@ -61,7 +61,9 @@ def test_compiles_for_sm90a(backend, hopper, text, layout):
     assert m["arch"] == "sm_90a" and m["layout"] == layout
     assert set(m["kernels"]) == set(cuda_mod.KERNELS[spec.family])
     assert 0 < m["registers"] <= 255
-    assert m["smem_dynamic"] == cuda_mod.dynamic_smem(spec)
+    # The smem the kernel is launched with must be the figure `validate` compared with the device
+    # limit (spec.smem_bytes, exact for CUDA), else validation would pass specs that fail to load.
+    assert m["smem_dynamic"] == spec.smem_bytes()
     assert m["smem_dynamic"] + m["smem_static"] <= hopper.smem_per_block
     assert m["spills_bytes"] == 0, m["log"]
     # The knobs reached the source as the macros the template reads.
@@ -183,3 +185,41 @@ def test_cli_compile_only(tmp_path):
         out = dict(line.split(None, 1) for line in r.stdout.splitlines() if line.strip())
         assert out["spills_bytes"] == "0" and int(out["registers"]) > 0
         assert out["kernel"] == ("cudal2_wgmma" if extra else "cudal2_mma_vec")
+
+
+class _StandInDriver:
+    """The few cuda.bindings.driver names CudaKernel._launch touches; returns `err` from every launch."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
+
+    def __init__(self, err: int):
+        self.err, self.launches = err, []
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, args, extra):
+        self.launches.append((f, (gx, gy, gz), (bx, by, bz), smem, stream, args))
+        return (self.err,)
+
+    def cuGetErrorName(self, err):
+        return (0, b"CUDA_ERROR_INVALID_VALUE")
+
+
+def test_launch_passes_its_arguments_and_names_a_failure(monkeypatch):
+    # No GPU: a stand-in driver. The launch must hand the driver the kernel's own function, the
+    # grid, a 1-D block, the smem and the stream as given, and the address of the argument array;
+    # a failed launch must raise LaunchError naming the kernel, its grid and the CUDA error.
+    import ctypes
+
+    from cudal2.backends import LaunchError, cuda_launch
+    k = object.__new__(cuda_launch.CudaKernel)
+    k.funcs = {"cudal2_mma_vec": "F"}
+    args = (ctypes.c_void_p * 2)()
+    ok = _StandInDriver(0)
+    monkeypatch.setattr(cuda_launch, "_drv", lambda: ok)
+    k._launch("cudal2_mma_vec", (7, 1, 2), 256, 49152, 11, args)
+    assert ok.launches == [("F", (7, 1, 2), (256, 1, 1), 49152, 11, ctypes.addressof(args))]
+    bad = _StandInDriver(1)
+    monkeypatch.setattr(cuda_launch, "_drv", lambda: bad)
+    with pytest.raises(LaunchError, match=r"cuLaunchKernel\(cudal2_mma_vec, grid=\(7, 1, 2\), block=256\) "
+                                          r"failed: CUDA_ERROR_INVALID_VALUE"):
+        k._launch("cudal2_mma_vec", (7, 1, 2), 256, 0, 0, args)

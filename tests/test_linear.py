@@ -100,6 +100,19 @@ def test_bias_grad_and_instance_forward():
     assert lin.forward is own
 
 
+def test_one_vector_input_runs_the_original_forward():
+    # nn.Linear takes a 1-D x; cudal2.matmul needs [..., M, K]. The patched layer must not raise
+    # there but run the original forward: the same fp16 operations, so the result is bit-identical.
+    torch.manual_seed(4)
+    lin = nn.Linear(12, 5).half()
+    x = torch.randn(12).half()
+    with torch.no_grad():
+        want = lin(x)
+        cudal2.patch_linear(lin)
+        got = lin(x)
+    assert got.shape == (5,) and torch.equal(got, want)
+
+
 def test_rejects_non_module():
     with pytest.raises(TypeError, match="nn.Module"):
         cudal2.patch_linear("model")

@@ -205,7 +205,8 @@ def test_dispatch_refuses_tampered_entry_and_falls_back(tmp_path, hopper):
     (tmp_path / e.source).unlink()
     ops.clear_cache()
     with pytest.warns(RuntimeWarning, match="missing"):
-        ops._choose(Problem(128, 128, 128), dev, 0, strict=False)
+        kern, info = ops._choose(Problem(128, 128, 128), dev, 0, strict=False)
+    assert kern is None and info == "torch: cublas won 128x128x256:nn"    # again the next candidate
 
 
 def test_unreadable_registry_warns(tmp_path):

@@ -154,8 +154,9 @@ def test_nearest_picks_closest_valid_same_layout(tmp_path, hopper):
     assert reg.nearest(Problem(1000, 1001, 1000), DEV, hopper).problem == "2048x2048x2048:nn"
     # nt problems only see nt entries.
     assert reg.nearest(Problem(1000, 1001, 1000, "nt"), DEV, hopper).problem == "1024x1024x1024:nt"
-    # split_k=16 needs >= 16 K-tiles: at K=64 (1 tile) that entry is skipped although it is closest.
-    assert reg.nearest(Problem(1000, 1000, 64), DEV, hopper).problem != "1000x1000x64:nn"
+    # split_k=16 needs >= 16 K-tiles: at K=64 (1 tile) that entry is skipped although it is closest
+    # (distance 0); the next is the persistent 1024^3 entry (distance ~4: K 16x off), before 2048^3.
+    assert reg.nearest(Problem(1000, 1000, 64), DEV, hopper).problem == "1024x1024x1024:nn"
     # A cuBLAS winner nearby means cuBLAS: dispatch gets it as the candidate.
     assert reg.nearest(Problem(8000, 8000, 8000), DEV, hopper).backend == "cublas"
     # Device key without a DeviceInfo: limits come from the key's sm90.

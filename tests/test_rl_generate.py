@@ -8,9 +8,11 @@ import time
 
 import pytest
 
+from cudal2.backends import get_backend
 from cudal2.device import DeviceInfo
 from cudal2.problems import Problem
 from cudal2.rl.efficiency import synthetic_measurements
+from cudal2.spec import KernelSpec
 from cudal2.store import Store
 
 SHAPES = [Problem(64, 128, 512), Problem(2048, 2048, 1024), Problem(256, 64, 256), Problem(1024, 4096, 512)]
@@ -61,7 +63,11 @@ def test_generate_replay_writes_registry(replay_store, tmp_path):
             assert e["best_cublas_us"] == pytest.approx(best.best_cublas_us)
             assert best.spec in src.measured_specs(p, "sm90a")   # never a spec the table lacks
             if e["backend"] != "cublas":
-                assert (tmp_path / "reg" / e["source"]).read_text().count("SPEC") or e["backend"] == "cuda"
+                # The filed source is exactly what the winner's backend renders for its spec, so
+                # dispatch's render check (cudal2.ops) accepts it; no GPU is needed to render.
+                spec = KernelSpec.parse(e["spec"])
+                want = get_backend(spec.backend).render(spec, p)
+                assert (tmp_path / "reg" / e["source"]).read_text() == want
     assert "speedup" in r.stdout and SHAPES[0].text in r.stdout
 
 
@@ -124,13 +130,10 @@ def test_kill9_then_resume_loses_nothing(replay_store, tmp_path):
 
 @pytest.mark.gpu
 def test_generate_gpu_both_backends_passes_checker(tmp_path):
-    import torch
-
     from cudal2.backends import build_kernel
     from cudal2.check import check_kernel
     from cudal2.device import current
     from cudal2.registry import Registry
-    from cudal2.spec import KernelSpec
     shapes = [Problem(256, 256, 256), Problem(512, 1024, 256)]
     r = _gen("--backend", "both", "--shapes", ",".join(p.shape for p in shapes), "--budget", 4, "--group", 4,
              "--store", tmp_path / "run.db", "--registry", tmp_path / "reg", timeout=540)
@@ -144,4 +147,3 @@ def test_generate_gpu_both_backends_passes_checker(tmp_path):
         kernel = build_kernel(spec, p, dev)
         report = check_kernel(kernel, p, "cuda")
         assert report.passed, report.to_dict()
-        assert torch.cuda.is_available()

@@ -29,7 +29,7 @@ SMALL = "bm=32 bn=32 bk=16 warps=2 stages=2 group_m=4"   # small tiles: several 
 CASES = [
     ("tiled-sk1", f"family=tiled {SMALL} split_k=1", "100x17x300"),
     ("tiled-sk2", f"family=tiled {SMALL} split_k=2", "17x100x40"),
-    ("tiled-sk4", f"family=tiled bm=16 bn=32 bk=16 warps=2 stages=2 split_k=4", "1x33x100"),
+    ("tiled-sk4", "family=tiled bm=16 bn=32 bk=16 warps=2 stages=2 split_k=4", "1x33x100"),
     ("persistent-st1", "family=persistent bm=32 bn=32 bk=16 warps=4 stages=2 group_m=4 subtile=1", "100x40x72"),
     ("persistent-st2", "family=persistent bm=32 bn=32 bk=16 warps=4 stages=2 group_m=4 subtile=2", "17x48x24"),
     ("persistent-ws", "family=persistent bm=32 bn=32 bk=16 warps=4 stages=2 subtile=2 warp_spec=1", "1x64x40"),

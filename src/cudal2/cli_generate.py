@@ -153,7 +153,7 @@ def _search(pol, evaluator, device, device_key, store, run_id, problems, budget,
                     TextColumn("evals {task.fields[evals]}  failures {task.fields[fail]}  "
                                "best speedup {task.fields[best]}"), TimeElapsedColumn(), console=console)
     task = prog.add_task("shapes", total=len(problems), evals=0, fail=0, best="-")
-    results, filed = [], []
+    results = []
 
     def on_event(kind, **kw):
         if kind == "restored":

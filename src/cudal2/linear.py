@@ -4,7 +4,7 @@ nn.Linear computes y = x W^T + b with W [out, in] = [N, K]: the "nt" problem wit
 tokens (every leading dimension of x flattened). A patched layer whose input and weight are float16
 calls cudal2.matmul(x, W, layout="nt") and adds the bias after (an in-place add on the fresh output
 when no gradient is needed, so no extra allocation); any other dtype runs the layer's original
-forward, which is what a fallback to torch means, bit for bit.
+forward, which is what a fallback to torch means, bit for bit; so does a 1-D input (one vector).
 
 Under torch.compile, cudal2.matmul becomes the `cudal2::hgemm` op; when autograd must record the
 call (training), the op is used in eager too, since it carries the backward formula.
@@ -27,7 +27,8 @@ _NONE = object()      # marks "the module had no instance-level forward"
 
 def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     w = self.weight
-    if x.dtype is not torch.float16 or w.dtype is not torch.float16:
+    # A 1-D x (one vector; nn.Linear accepts it) is no GEMM cudal2 serves: cudal2.matmul needs [..., M, K].
+    if x.dtype is not torch.float16 or w.dtype is not torch.float16 or x.dim() < 2:
         return getattr(self, _SAVED)(x) if getattr(self, _SAVED) is not _NONE else nn.Linear.forward(self, x)
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
         y = torch.ops.cudal2.hgemm(x, w, "nt")

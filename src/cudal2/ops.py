@@ -253,7 +253,13 @@ def _kernel(reg: Registry, e, dev, idx):
             if sha256_text(get_backend(e.backend).render(spec, e.prob)) != e.sha256:
                 raise RegistryError(f"backend {e.backend} renders a different source for this spec "
                                     "than the one stored (backend changed since it was tuned)")
-            _KERNELS[ck] = build_kernel(spec, e.prob, dev)
+            # A CUDA-backend kernel loads its module into the current device's context, so build
+            # on the tensors' device (idx), not whichever is current. NOTE: untested on >1 GPU.
+            if torch.cuda.device_count() > 1:
+                with torch.cuda.device(idx):
+                    _KERNELS[ck] = build_kernel(spec, e.prob, dev)
+            else:
+                _KERNELS[ck] = build_kernel(spec, e.prob, dev)
         except Exception as err:   # any failure refuses the entry; dispatch stays correct
             _KERNELS[ck] = (str(err).splitlines() or [type(err).__name__])[0]
     return _KERNELS[ck]

@@ -361,8 +361,8 @@ class Registry:
         with _locked(self.root):
             if entry.backend != "cublas":
                 _atomic_write(self.source_path(entry), source_text)
-            # Re-read under the lock so a concurrent writer's entries are kept.
-            fresh = Registry.load(self.root) if (self.root / "index.json").exists() else Registry(self.root, self.shipped)
+            # Re-read under the lock so a concurrent writer's entries are kept (no index yet: empty).
+            fresh = Registry.load(self.root)
             fresh.entries.setdefault(entry.device, {})[entry.problem] = entry
             fresh._raw_bad.pop((entry.device, entry.problem), None)     # replaced by a good one
             _atomic_write(self.root / "index.json", fresh.to_json())

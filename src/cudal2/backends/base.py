@@ -65,10 +65,6 @@ class Backend(Protocol):
     def load(self, artifact: Artifact) -> Kernel: ...
 
 
-def source_hash(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()
-
-
 def get_backend(name: str) -> Backend:
     """The backend object by name ('triton' or 'cuda'); imported lazily so one need not load both."""
     if name == "triton":

@@ -62,7 +62,8 @@ def parse_ptxas_log(log: str) -> dict[str, dict[str, int]]:
 
 
 def dynamic_smem(spec: KernelSpec) -> int:
-    """Bytes of dynamic shared memory the kernel is launched with (the ring, + 1 KB to align it)."""
+    """Bytes of dynamic shared memory the kernel is launched with: the operand ring (wgmma: + 1 KB,
+    which the kernel spends aligning the ring to the 1024-byte swizzle atom; its mbarriers are static)."""
     if spec.family == "wgmma":
         return spec.stages * (spec.bm + spec.bn) * 64 * 2 + 1024
     return spec.stages * (spec.bm * spec.bk + spec.bk * spec.bn) * 2

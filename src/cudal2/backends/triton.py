@@ -9,9 +9,9 @@ compile  validates the spec (an invalid spec never reaches Triton), then, unless
          CPU worker writes is the very one the JIT looks up when the GPU process launches: the first
          launch loads the cubin from Triton's disk cache instead of compiling. Resource usage
          (registers, spills, stack, shared memory) is read back into Artifact.meta.
-load     a TritonKernel: every constexpr dict, launch option and layout stride choice is fixed in
-         __init__; a call checks its inputs cheaply and launches through the JIT (whose own
-         in-memory cache makes repeat launches a dictionary hit).
+load     a TritonKernel: every constexpr dict and launch option is fixed in __init__; a call checks
+         its inputs cheaply (`unchecked` skips that, for cudal2.ops' plans) and launches through the
+         family's `launch` and the JIT (whose in-memory cache makes repeat launches a dict hit).
 
 Interpreter mode is read once, at import, from TRITON_INTERPRET (`cudal2 check --interpret` sets
 it before this module is imported): Triton decides then whether @triton.jit makes a compiled or an
