@@ -223,3 +223,25 @@ def test_launch_passes_its_arguments_and_names_a_failure(monkeypatch):
     with pytest.raises(LaunchError, match=r"cuLaunchKernel\(cudal2_mma_vec, grid=\(7, 1, 2\), block=256\) "
                                           r"failed: CUDA_ERROR_INVALID_VALUE"):
         k._launch("cudal2_mma_vec", (7, 1, 2), 256, 0, 0, args)
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_unchecked_launch_derives_the_problem_like_the_checked_one(layout, monkeypatch):
+    # The dispatch plans call `unchecked`: it must hand _run the same M, N, K the checked path
+    # derives from the same tensors (no GPU: _run and the stream are stand-ins).
+    import torch
+
+    from cudal2.backends import cuda_launch
+    k = object.__new__(cuda_launch.CudaKernel)
+    k.layout = layout
+    seen = []
+    monkeypatch.setattr(k, "_run", lambda *a: seen.append(a[:3] + a[-1:]), raising=False)
+    monkeypatch.setattr(k, "_stream", lambda s: 99, raising=False)
+    M, N, K = 3, 5, 7
+    a = torch.empty(M, K, dtype=torch.float16)
+    b = torch.empty((K, N) if layout == "nn" else (N, K), dtype=torch.float16)
+    c = torch.empty(M, N, dtype=torch.float16)
+    k.unchecked(a, b, c)
+    assert seen == [(M, N, K, 99)]
+    with pytest.raises(ValueError, match="on the GPU"):     # the checked path refuses CPU tensors
+        k(a, b, c)

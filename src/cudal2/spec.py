@@ -136,7 +136,7 @@ class KernelSpec:
         if self.family == "persistent":
             return ring + self.bm * (self.bn // self.subtile) * 2   # TMA-store staging tile
         if self.family == "wgmma":
-            return ring + 1024                                       # mbarriers + 1 KB alignment slack
+            return ring + 1024   # the ring base is aligned up to 1 KB (128B-swizzle TMA tiles)
         return ring
 
     def acc_regs_per_thread(self) -> int:

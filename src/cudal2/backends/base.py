@@ -43,7 +43,11 @@ class Artifact:
 
     @property
     def binary_hash(self) -> str:
-        """Duplicate detection: two specs that compile to the same machine code are one candidate."""
+        """Duplicate detection: two specs that compile to the same machine code are one candidate.
+
+        CUDA artifacts carry the cubin, so different specs that compile alike are caught. Triton
+        artifacts carry no binary (Triton's cache holds it) and fall back to the rendered source,
+        which names the spec: only exact repeats are caught there."""
         return hashlib.sha256(self.binary or self.source.encode()).hexdigest()
 
 

@@ -1,0 +1,102 @@
+"""Registry entries: the index format constants, the RegistryError type, and Entry with its
+structural validation (no file access). The on-disk layout is described in cudal2.registry."""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .problems import Problem, ProblemError
+
+FORMAT = "cudal2-registry"
+VERSION = 1
+BACKENDS = ("triton", "cuda", "cublas")
+SUFFIX = {"triton": ".py", "cuda": ".cu"}
+_SAFE = re.compile(r"^[A-Za-z0-9_.\-/]+$")
+
+
+class RegistryError(RuntimeError):
+    """An index that cannot be read, or an entry that must be refused; the message names it."""
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class Entry:
+    problem: str                      # canonical "MxNxK:layout"
+    device: str                       # DeviceInfo.key, e.g. "h200-sm90"
+    backend: str                      # triton | cuda | cublas (no generated kernel beat best-cublas)
+    spec: str = ""                    # canonical KernelSpec text; "" for cublas
+    source: str | None = None         # relative path (see module doc); None for cublas
+    sha256: str | None = None         # of the source text
+    time_us: float | None = None      # kernel offline median (for cublas: the best-cublas time)
+    best_cublas_us: float | None = None
+    best_cublas: str | None = None    # which baseline was best
+    baselines_us: dict = field(default_factory=dict)
+    times: dict = field(default_factory=dict)       # per clock mode, Stats dicts
+    check: dict = field(default_factory=dict)       # CheckReport.to_dict()
+    versions: dict = field(default_factory=dict)
+    run_id: Any = None
+    ts: Any = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.device}/{self.problem}"
+
+    @property
+    def prob(self) -> Problem:
+        return Problem.parse(self.problem)
+
+    def speedup(self, baseline: str | None = None) -> float | None:
+        """t_baseline / t_kernel; baseline None means best-cublas."""
+        base = self.best_cublas_us if baseline is None else self.baselines_us.get(baseline)
+        if not base or not self.time_us:
+            return None
+        return base / self.time_us
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Entry":
+        if not isinstance(d, dict):
+            raise RegistryError(f"entry is a {type(d).__name__}, not an object")
+        names = {f.name for f in fields(cls)}
+        missing = [k for k in ("problem", "device", "backend") if k not in d]
+        if missing:
+            raise RegistryError(f"entry lacks {', '.join(missing)}")
+        e = cls(**{k: v for k, v in d.items() if k in names})
+        e.validate()
+        return e
+
+    def validate(self) -> None:
+        """Structural checks (no file access): backend, problem text, spec, source path form."""
+        if self.backend not in BACKENDS:
+            raise RegistryError(f"{self.key}: backend {self.backend!r} is not one of {BACKENDS}")
+        try:
+            p = Problem.parse(self.problem)
+        except ProblemError as e:
+            raise RegistryError(f"{self.key}: bad problem: {e}") from None
+        if p.text != self.problem:
+            raise RegistryError(f"{self.key}: problem text is not canonical (expected {p.text})")
+        if self.backend == "cublas":
+            return
+        from .spec import KernelSpec, SpecError
+        try:
+            s = KernelSpec.parse(self.spec or "")
+        except SpecError as e:
+            raise RegistryError(f"{self.key}: bad spec: {e}") from None
+        if s.backend != self.backend:
+            raise RegistryError(f"{self.key}: spec says backend={s.backend} but entry says {self.backend}")
+        if not self.source or not self.sha256:
+            raise RegistryError(f"{self.key}: a {self.backend} entry needs a source path and its sha256")
+        # The prefix must match the backend: in the shipped registry it names the package the
+        # source is read from, so a mismatch would load one backend's file as another's kernel.
+        parts = self.source.split("/")
+        if (not _SAFE.match(self.source) or self.source.startswith("/") or ".." in parts
+                or len(parts) != 4 or parts[0] != f"kernels_{self.backend}" or parts[1] != "generated"):
+            raise RegistryError(f"{self.key}: source path {self.source!r} is not of the form "
+                                f"kernels_{self.backend}/generated/<device>/<file>")

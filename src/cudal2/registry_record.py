@@ -1,0 +1,71 @@
+"""Filing measurements into a registry: record_winner (a checked, timed kernel, or "cuBLAS wins"
+when it lost to best-cublas) and record_cublas (no generated kernel passed at all)."""
+from __future__ import annotations
+
+from .problems import Problem
+from .registry_entry import Entry, RegistryError
+
+# Import direction: registry imports this module at load time (to re-export its functions), so
+# this module imports Registry lazily inside the functions and never registry at module level.
+
+
+def _get(m, name, default=None):
+    return m.get(name, default) if isinstance(m, dict) else getattr(m, name, default)
+
+
+def record_winner(registry_path, measurement, source_text: str | None, device_key: str | None = None,
+                  force: bool = False) -> Entry | None:
+    """File a Measurement (object or dict, ARCHITECTURE.md fields) as its problem's winner.
+
+    A kernel slower than best-cublas is filed as a "cublas" winner (dispatch then uses
+    torch.matmul). An existing entry is kept if its speedup over best-cublas (a ratio from one run,
+    robust to drift between runs) is higher, unless `force`. Returns the filed entry or None.
+    """
+    status = _get(measurement, "status")
+    if status != "ok":
+        raise RegistryError(f"measurement status is {status!r}: only checked, timed (ok) kernels can be filed")
+    check = _get(measurement, "check") or {}
+    if isinstance(check, dict) and check.get("passed") is False:
+        raise RegistryError("measurement's checker report did not pass")
+    device_key = device_key or _get(measurement, "device")
+    problem = Problem.parse(_get(measurement, "problem")).text
+    spec_text = _get(measurement, "spec")
+    from .spec import KernelSpec
+    spec = KernelSpec.parse(spec_text)
+    t, best = _get(measurement, "time_us"), _get(measurement, "best_cublas_us")
+    baselines = dict(_get(measurement, "baselines_us") or {})
+    best_name = min(baselines, key=baselines.get) if baselines else None
+    wins = t is not None and best is not None and t < best
+    entry = Entry(problem=problem, device=device_key, backend=spec.backend if wins else "cublas",
+                  spec=spec.text, time_us=t if wins else best, best_cublas_us=best, best_cublas=best_name,
+                  baselines_us=baselines, times=dict(_get(measurement, "times") or {}),
+                  check=check if isinstance(check, dict) else getattr(check, "to_dict", lambda: {})(),
+                  versions=dict(_get(measurement, "versions") or {}),
+                  run_id=_get(measurement, "run_id"), ts=_get(measurement, "ts"))
+    if not wins:
+        # Keep what the best kernel reached, for the record; the entry dispatches to cuBLAS.
+        entry.times = {**entry.times, "best_kernel_us": t, "best_kernel_spec": spec.text}
+    from .registry import Registry
+    reg = Registry.load(registry_path)
+    old = reg.lookup(Problem.parse(problem), device_key)
+    if old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0):
+        return None
+    return reg.add(entry, source_text if wins else None)
+
+
+def record_cublas(registry_path, problem: str | Problem, device_key: str, baselines_us: dict,
+                  versions: dict | None = None, force: bool = False) -> Entry | None:
+    """File "cuBLAS wins" for a problem where no generated kernel passed the checker at all, so
+    dispatch uses torch.matmul there instead of borrowing a nearby problem's kernel."""
+    p = problem if isinstance(problem, Problem) else Problem.parse(problem)
+    if not baselines_us:
+        raise RegistryError(f"{device_key}/{p}: record_cublas needs the measured baseline times")
+    name = min(baselines_us, key=baselines_us.get)
+    from .registry import Registry
+    reg = Registry.load(registry_path)
+    if reg.lookup(p, device_key) is not None and not force:
+        return None
+    e = Entry(problem=p.text, device=device_key, backend="cublas", time_us=baselines_us[name],
+              best_cublas_us=baselines_us[name], best_cublas=name, baselines_us=dict(baselines_us),
+              versions=dict(versions or {}))
+    return reg.add(e, None)
