@@ -92,6 +92,8 @@ def main(argv=None) -> int:
     res["source"] = label
     res["wall_s"] = time.time() - t0
     res["cached_evaluations"] = getattr(evaluator, "cached", 0)
+    if a.replay is None and not a.synthetic:
+        res["evaluator_phase_s"] = getattr(inner, "phase_s", None)   # compile / prepare / check / time
     out = Path(a.out or f"bench/results/search_efficiency_{res['device'] or device.key}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1))

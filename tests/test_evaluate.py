@@ -87,6 +87,19 @@ def test_planted_faults_each_recorded_and_the_run_goes_on():
         assert again[0].reason.startswith("duplicate binary of")   # measured in the last batch
 
 
+def test_phase_seconds_say_where_the_time_went():
+    # The stand-in's clock sleeps 0.2 s per kernel run, which happens in the check; timing reads
+    # the table. So the check phase holds >= 3 x 0.2 s, split per candidate, and timing far less.
+    clock = HashClock(delay_s=0.2)
+    with standin_evaluator(clock) as ev:
+        ms = ev.evaluate(P, [OK1, OK2, OK3])
+        assert [m.status for m in ms] == ["ok"] * 3
+        assert all(0.2 <= m.meta["check_s"] < 2.0 for m in ms)
+        assert ev.phase_s["check"] >= 0.6
+        assert ev.phase_s["time"] < ev.phase_s["check"]
+        assert ev.phase_s["prepare"] > 0 and ev.phase_s["compile"] > 0
+
+
 def test_a_crash_while_timing_a_group_is_charged_to_its_member():
     clock = HashClock(faults={CRASH: "crash_timing"})
     with standin_evaluator(clock, workers=0) as ev:

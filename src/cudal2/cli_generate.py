@@ -138,6 +138,9 @@ def generate_cmd(
     finally:
         evaluator.close()
     _summary(results, device_key, store_path)
+    phases = getattr(evaluator, "phase_s", None)
+    if phases:
+        typer.echo("evaluator wall seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
     store.close()
 
 

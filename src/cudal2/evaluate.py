@@ -98,6 +98,9 @@ class Evaluator:
         self.worker_cfg = {"device_index": device_index, **(worker_config or {})}
         self._compiler = CompilePool(compile_fn or backend_compile, self.workers, float(compile_timeout_s))
         self.restarts = 0
+        # Wall seconds spent per phase over this evaluator's life: where an evaluation's time goes
+        # (on the H200, 2026-12-02, ~1.8 s per evaluation, split unknown; NOTES.md).
+        self.phase_s = {"compile": 0.0, "prepare": 0.0, "check": 0.0, "time": 0.0}
         self.baselines_left_out: dict[str, dict[str, str]] = {}   # problem -> baseline -> why
         self._w: WorkerProcess | None = None
         self._device: DeviceInfo | None = None
@@ -134,6 +137,7 @@ class Evaluator:
             self._w = self._start()
             self._problem = None
         if self._problem != problem.text:
+            t0 = time.perf_counter()
             try:
                 reply = self._w.request(("problem", problem.text, self.problem_cfg), self.prepare_timeout_s)
             except (WorkerDied, WorkerTimeout) as e:
@@ -145,6 +149,7 @@ class Evaluator:
                 raise EvaluatorError(f"{problem}: preparing inputs and baselines failed: {reply[1]}")
             self._problem = problem.text
             self.baselines_left_out[problem.text] = reply[1]["left_out"]
+            self.phase_s["prepare"] += time.perf_counter() - t0
         return self._w
 
     def _dead(self) -> None:
@@ -179,7 +184,9 @@ class Evaluator:
         dev = self.device
         checked = [parse_and_validate(s, problem, dev) for s in specs]
         good = [spec for _, spec, _ in checked if spec is not None]
-        compiled = iter(self._compiler.map(good, problem, dev))
+        t0 = time.perf_counter()
+        compiled = iter(list(self._compiler.map(good, problem, dev)))
+        self.phase_s["compile"] += time.perf_counter() - t0
         items = [(t, None, r) if spec is None else (t, spec, next(compiled)) for t, spec, r in checked]
         return self.run_compiled(problem, items)
 
@@ -202,8 +209,11 @@ class Evaluator:
         passing: list[int] = []
         for h, i in first.items():
             art = items[i][2]
+            t0, p0 = time.perf_counter(), self.phase_s["prepare"]
             reply = self._ask(problem, ("check", art, self.check_cfg), self.timeout_s)
-            m = mk(spec=items[i][0], status="ok", binary_hash=h, meta=dict(art.meta))
+            dt = time.perf_counter() - t0 - (self.phase_s["prepare"] - p0)   # less a first prepare
+            self.phase_s["check"] += dt
+            m = mk(spec=items[i][0], status="ok", binary_hash=h, meta={**art.meta, "check_s": round(dt, 4)})
             out[i] = m
             if reply[0] in ("crash", "timeout"):
                 m.status, m.reason = reply[0], f"{reply[1]} (during the check)"
@@ -232,7 +242,9 @@ class Evaluator:
         # A group's timing scales with its size; a quarter of timeout_s per member is far above what
         # timing one checked kernel takes (min_ms of GPU time plus warm-up and the early pass).
         limit = self.timeout_s * (1 + len(arts) / 4)
+        t0 = time.perf_counter()
         reply = self._ask(problem, ("time", arts, self.time_cfg, best), limit)
+        self.phase_s["time"] += time.perf_counter() - t0
         if reply[0] != "ok":
             if len(arts) > 1:   # somebody in the group broke the worker: find out who, one by one
                 for art, m in zip(arts, ms):
