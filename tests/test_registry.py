@@ -250,3 +250,36 @@ def test_path_forms(tmp_path):
     (tmp_path / "other.json").write_text("{}")
     with pytest.raises(RegistryError, match="is a file"):
         Registry.load(tmp_path / "other.json")
+
+
+@pytest.mark.parametrize("source", [f"kernels_cuda/generated/{DEV}/k.py",       # another backend's tree
+                                    f"kernels_triton/{DEV}/extra/k.py",         # no generated/ part
+                                    f"kernels_triton/generated/k.py"])          # no device part
+def test_source_path_must_match_backend_form(tmp_path, source):
+    e = entry("128x128x128")
+    e.source, e.sha256 = source, "0" * 64
+    with pytest.raises(RegistryError, match=f"^{DEV}/128x128x128:nn: source path .*kernels_triton/generated"):
+        e.validate()
+    # The same entry in an index is refused at load by name, and the good one still loads.
+    reg = Registry.load(tmp_path)
+    reg.add(entry("64x64x64"), src("ok"))
+    data = json.loads((tmp_path / "index.json").read_text())
+    data["devices"][DEV]["entries"]["128x128x128:nn"] = e.to_dict()
+    (tmp_path / "index.json").write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match=f"refusing entry {DEV}/128x128x128:nn: .*source path"):
+        back = Registry.load(tmp_path)
+    assert [x.problem for x in back.all()] == ["64x64x64:nn"]
+    assert [k for k, _ in back.bad] == [f"{DEV}/128x128x128:nn"]
+
+
+def test_check_render_refuses_a_different_source():
+    from cudal2.backends import get_backend
+    from cudal2.registry import check_render
+    from cudal2.spec import KernelSpec
+    e, spec = entry("128x128x128"), KernelSpec.parse(TILED)
+    text = get_backend("triton").render(spec, e.prob)
+    e.source, e.sha256 = f"kernels_triton/generated/{DEV}/k.py", sha256_text(text)
+    assert check_render(e) == spec                           # what was stored is what renders
+    e.sha256 = sha256_text(text + "# tuned by an older backend\n")
+    with pytest.raises(RegistryError, match=f"^{DEV}/128x128x128:nn: backend triton no longer renders"):
+        check_render(e)

@@ -24,7 +24,7 @@ import warnings
 import torch
 
 from .problems import LAYOUTS, Problem
-from .registry import Registry, RegistryError, sha256_text
+from .registry import Registry, RegistryError, check_render
 
 _PLANS: dict = {}
 _KERNELS: dict = {}      # (entry key, sha256, device index) -> Kernel, or the refusal message
@@ -244,15 +244,11 @@ def _kernel(reg: Registry, e, dev, idx):
     """Build the entry's kernel (cached); a str is the reason it was refused."""
     ck = (str(reg.root), e.key, e.sha256, idx)
     if ck not in _KERNELS:
-        from .backends import build_kernel, get_backend
-        from .spec import KernelSpec
+        from .backends import build_kernel
         try:
             reg.read_source(e)      # the stored file must still hash to the index's sha256
-            spec = KernelSpec.parse(e.spec)
             # Build from the spec, and fail closed unless that renders exactly the stored source.
-            if sha256_text(get_backend(e.backend).render(spec, e.prob)) != e.sha256:
-                raise RegistryError(f"backend {e.backend} renders a different source for this spec "
-                                    "than the one stored (backend changed since it was tuned)")
+            spec = check_render(e)
             # A CUDA-backend kernel loads its module into the current device's context, so build
             # on the tensors' device (idx), not whichever is current. NOTE: untested on >1 GPU.
             if torch.cuda.device_count() > 1:

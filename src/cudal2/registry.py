@@ -26,109 +26,28 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import math
 import os
 import re
 import tempfile
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .problems import Problem, ProblemError
+from .problems import Problem
+from .registry_entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, sha256_text
+# One direction only: registry imports registry_record here; registry_record imports Registry lazily.
+from .registry_record import record_cublas, record_winner
 
-FORMAT = "cudal2-registry"
-VERSION = 1
 ENV = "CUDAL2_REGISTRY"
-BACKENDS = ("triton", "cuda", "cublas")
-SUFFIX = {"triton": ".py", "cuda": ".cu"}
-_SAFE = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
-
-class RegistryError(RuntimeError):
-    """An index that cannot be read, or an entry that must be refused; the message names it."""
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-@dataclass
-class Entry:
-    problem: str                      # canonical "MxNxK:layout"
-    device: str                       # DeviceInfo.key, e.g. "h200-sm90"
-    backend: str                      # triton | cuda | cublas (no generated kernel beat best-cublas)
-    spec: str = ""                    # canonical KernelSpec text; "" for cublas
-    source: str | None = None         # relative path (see module doc); None for cublas
-    sha256: str | None = None         # of the source text
-    time_us: float | None = None      # kernel offline median (for cublas: the best-cublas time)
-    best_cublas_us: float | None = None
-    best_cublas: str | None = None    # which baseline was best
-    baselines_us: dict = field(default_factory=dict)
-    times: dict = field(default_factory=dict)       # per clock mode, Stats dicts
-    check: dict = field(default_factory=dict)       # CheckReport.to_dict()
-    versions: dict = field(default_factory=dict)
-    run_id: Any = None
-    ts: Any = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.device}/{self.problem}"
-
-    @property
-    def prob(self) -> Problem:
-        return Problem.parse(self.problem)
-
-    def speedup(self, baseline: str | None = None) -> float | None:
-        """t_baseline / t_kernel; baseline None means best-cublas."""
-        base = self.best_cublas_us if baseline is None else self.baselines_us.get(baseline)
-        if not base or not self.time_us:
-            return None
-        return base / self.time_us
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Entry":
-        if not isinstance(d, dict):
-            raise RegistryError(f"entry is a {type(d).__name__}, not an object")
-        names = {f.name for f in fields(cls)}
-        missing = [k for k in ("problem", "device", "backend") if k not in d]
-        if missing:
-            raise RegistryError(f"entry lacks {', '.join(missing)}")
-        e = cls(**{k: v for k, v in d.items() if k in names})
-        e.validate()
-        return e
-
-    def validate(self) -> None:
-        """Structural checks (no file access): backend, problem text, spec, source path form."""
-        if self.backend not in BACKENDS:
-            raise RegistryError(f"{self.key}: backend {self.backend!r} is not one of {BACKENDS}")
-        try:
-            p = Problem.parse(self.problem)
-        except ProblemError as e:
-            raise RegistryError(f"{self.key}: bad problem: {e}") from None
-        if p.text != self.problem:
-            raise RegistryError(f"{self.key}: problem text is not canonical (expected {p.text})")
-        if self.backend == "cublas":
-            return
-        from .spec import KernelSpec, SpecError
-        try:
-            s = KernelSpec.parse(self.spec or "")
-        except SpecError as e:
-            raise RegistryError(f"{self.key}: bad spec: {e}") from None
-        if s.backend != self.backend:
-            raise RegistryError(f"{self.key}: spec says backend={s.backend} but entry says {self.backend}")
-        if not self.source or not self.sha256:
-            raise RegistryError(f"{self.key}: a {self.backend} entry needs a source path and its sha256")
-        parts = self.source.split("/")
-        if (not _SAFE.match(self.source) or self.source.startswith("/") or ".." in parts
-                or parts[0] not in ("kernels_triton", "kernels_cuda") or len(parts) < 3):
-            raise RegistryError(f"{self.key}: source path {self.source!r} is not of the form "
-                                f"kernels_<backend>/generated/<device>/<file>")
+# Every public name, including those re-exported from registry_entry / registry_record, so
+# `from cudal2.registry import X` keeps working for all callers.
+__all__ = ["BACKENDS", "ENV", "FORMAT", "SUFFIX", "VERSION", "Entry", "Registry", "RegistryError",
+           "VerifyResult", "check_render", "default_root", "log_distance", "record_cublas", "record_winner",
+           "sha256_text", "shipped_root", "target_for_key"]
 
 
 def _package_dir(name: str) -> Path:
@@ -204,6 +123,20 @@ def _locked(root: Path) -> Iterator[None]:
         except ImportError:   # no flock (Windows): single writer assumed
             pass
         yield
+
+
+def check_render(entry: Entry, spec=None):
+    """The entry's parsed KernelSpec, after checking that its backend still renders it to exactly
+    the source the index records (by sha256); a backend changed since tuning fails closed."""
+    if entry.backend == "cublas":
+        raise RegistryError(f"{entry.key}: a cublas entry has no source to render")
+    from .backends import get_backend
+    from .spec import KernelSpec
+    spec = KernelSpec.parse(entry.spec) if spec is None else spec
+    if sha256_text(get_backend(entry.backend).render(spec, entry.prob)) != entry.sha256:
+        raise RegistryError(f"{entry.key}: backend {entry.backend} no longer renders this spec to the "
+                            "stored source (backend changed since it was tuned)")
+    return spec
 
 
 @dataclass
@@ -400,16 +333,14 @@ class Registry:
                 if e.backend == "cublas":
                     out.append(VerifyResult(e.key, True, "cublas winner (no source)"))
                     continue
-                text = self.read_source(e)
+                self.read_source(e)
                 spec = KernelSpec.parse(e.spec)
                 bad = violations(spec, e.prob, target_for_key(e.device))
                 if bad:
                     raise RegistryError(f"{e.key}: spec invalid for its problem: {bad[0][0]}: {bad[0][1]}")
                 note = "hash ok"
                 if render or (dev_info is not None and dev_info.key == e.device):
-                    from .backends import get_backend
-                    if sha256_text(get_backend(e.backend).render(spec, e.prob)) != sha256_text(text):
-                        raise RegistryError(f"{e.key}: backend {e.backend} no longer renders this spec to the stored source")
+                    check_render(e, spec)     # read_source above proved text hashes to e.sha256
                     note += ", render ok"
                 if dev_info is not None and dev_info.key == e.device:
                     from .backends import build_kernel
@@ -424,63 +355,3 @@ class Registry:
                 msg = str(err).splitlines()[0] if str(err) else type(err).__name__
                 out.append(VerifyResult(e.key, False, msg if msg.startswith(e.key) else f"{e.key}: {msg}"))
         return out
-
-
-def _get(m, name, default=None):
-    return m.get(name, default) if isinstance(m, dict) else getattr(m, name, default)
-
-
-def record_winner(registry_path, measurement, source_text: str | None, device_key: str | None = None,
-                  force: bool = False) -> Entry | None:
-    """File a Measurement (object or dict, ARCHITECTURE.md fields) as its problem's winner.
-
-    A kernel slower than best-cublas is filed as a "cublas" winner (dispatch then uses
-    torch.matmul). An existing entry is kept if its speedup over best-cublas (a ratio from one run,
-    robust to drift between runs) is higher, unless `force`. Returns the filed entry or None.
-    """
-    status = _get(measurement, "status")
-    if status != "ok":
-        raise RegistryError(f"measurement status is {status!r}: only checked, timed (ok) kernels can be filed")
-    check = _get(measurement, "check") or {}
-    if isinstance(check, dict) and check.get("passed") is False:
-        raise RegistryError("measurement's checker report did not pass")
-    device_key = device_key or _get(measurement, "device")
-    problem = Problem.parse(_get(measurement, "problem")).text
-    spec_text = _get(measurement, "spec")
-    from .spec import KernelSpec
-    spec = KernelSpec.parse(spec_text)
-    t, best = _get(measurement, "time_us"), _get(measurement, "best_cublas_us")
-    baselines = dict(_get(measurement, "baselines_us") or {})
-    best_name = min(baselines, key=baselines.get) if baselines else None
-    wins = t is not None and best is not None and t < best
-    entry = Entry(problem=problem, device=device_key, backend=spec.backend if wins else "cublas",
-                  spec=spec.text, time_us=t if wins else best, best_cublas_us=best, best_cublas=best_name,
-                  baselines_us=baselines, times=dict(_get(measurement, "times") or {}),
-                  check=check if isinstance(check, dict) else getattr(check, "to_dict", lambda: {})(),
-                  versions=dict(_get(measurement, "versions") or {}),
-                  run_id=_get(measurement, "run_id"), ts=_get(measurement, "ts"))
-    if not wins:
-        # Keep what the best kernel reached, for the record; the entry dispatches to cuBLAS.
-        entry.times = {**entry.times, "best_kernel_us": t, "best_kernel_spec": spec.text}
-    reg = Registry.load(registry_path)
-    old = reg.lookup(Problem.parse(problem), device_key)
-    if old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0):
-        return None
-    return reg.add(entry, source_text if wins else None)
-
-
-def record_cublas(registry_path, problem: str | Problem, device_key: str, baselines_us: dict,
-                  versions: dict | None = None, force: bool = False) -> Entry | None:
-    """File "cuBLAS wins" for a problem where no generated kernel passed the checker at all, so
-    dispatch uses torch.matmul there instead of borrowing a nearby problem's kernel."""
-    p = problem if isinstance(problem, Problem) else Problem.parse(problem)
-    if not baselines_us:
-        raise RegistryError(f"{device_key}/{p}: record_cublas needs the measured baseline times")
-    name = min(baselines_us, key=baselines_us.get)
-    reg = Registry.load(registry_path)
-    if reg.lookup(p, device_key) is not None and not force:
-        return None
-    e = Entry(problem=p.text, device=device_key, backend="cublas", time_us=baselines_us[name],
-              best_cublas_us=baselines_us[name], best_cublas=name, baselines_us=dict(baselines_us),
-              versions=dict(versions or {}))
-    return reg.add(e, None)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from .problems import Problem
 from .registry_entry import Entry, RegistryError
 
-# Import direction: registry imports this module at load time (to re-export its functions), so
-# this module imports Registry lazily inside the functions and never registry at module level.
+# registry imports this module (to re-export it), so Registry is imported lazily below: no cycle.
 
 
 def _get(m, name, default=None):
