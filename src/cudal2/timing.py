@@ -133,6 +133,16 @@ def _probe(fns: Mapping[str, Fn], clock: Clock, rounds: int = 3) -> tuple[dict[s
     return {n: sorted(v)[len(v) // 2] for n, v in per.items()}, host
 
 
+def _warm(fns: Mapping[str, Fn], warmup: int, clock: Clock) -> list[str]:
+    """Run every candidate `warmup` times (module load, autotune caches, clocks up), then sync."""
+    names = list(fns)
+    for _ in range(warmup):
+        for n in names:
+            fns[n]()
+    clock.sync()
+    return names
+
+
 def offline(fns: Mapping[str, Fn], *, min_calls: int = 30, min_ms: float = 100.0, warmup: int = 3,
             max_calls: int = 100_000, clock: Clock | None = None) -> dict[str, Stats]:
     """Back-to-back GPU time per call, interleaved A B A B; see the module docstring."""
@@ -141,11 +151,7 @@ def offline(fns: Mapping[str, Fn], *, min_calls: int = 30, min_ms: float = 100.0
     if min_calls < 1 or min_ms < 0:
         raise ValueError("min_calls must be >= 1 and min_ms >= 0")
     clock = clock or default_clock()
-    names = list(fns)
-    for _ in range(warmup):
-        for n in names:
-            fns[n]()
-    clock.sync()
+    names = _warm(fns, warmup, clock)
     est, host = _probe(fns, clock)
     # 10% over the probe's estimate: the probe is three calls, the floor on total time is "~min_ms".
     target = {n: min(max_calls, max(min_calls, math.ceil(1.1 * min_ms * 1000.0 / max(est[n], 1e-3))))
@@ -188,11 +194,7 @@ def server(fns: Mapping[str, Fn], *, calls: int = 50, gap_ms: float = 2.0, seed:
         raise ValueError("calls must be >= 1 and gap_ms >= 0")
     clock = clock or default_clock()
     rng = random.Random(seed)
-    names = list(fns)
-    for _ in range(warmup):
-        for n in names:
-            fns[n]()
-    clock.sync()
+    names = _warm(fns, warmup, clock)
     marks = []
     # A lead for the first calls: later the gaps (2 ms mean) keep the GPU far behind the host, but a
     # short first gap would let the start event fire before the host has issued the call.
