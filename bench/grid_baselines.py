@@ -46,6 +46,9 @@ def main(argv=None) -> int:
     ap.add_argument("--eager-ms", type=float, default=10.0)
     ap.add_argument("--tune-calls", type=int, default=3)
     ap.add_argument("--finish", action="store_true", help="only rewrite CSV/JSON/plots from the rows so far")
+    ap.add_argument("--require", action="store_true",
+                    help="before the grid, build and check every baseline the layout allows on one shape; "
+                         "exit 4 if any is unavailable or wrong (a run without nvmath must not pass as complete)")
     args = ap.parse_args(argv)
 
     from cudal2.baselines import NAMES
@@ -83,6 +86,12 @@ def main(argv=None) -> int:
         peak = old.get("peak", {})
     else:
         peak = {}
+    if args.require and not args.finish:
+        bad = preflight(args.layout)
+        if bad:
+            for n, why in bad.items():
+                print(f"error: baseline {n}: {why}", file=sys.stderr)
+            return 4
     done = 0
     if not args.finish:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -123,6 +132,22 @@ def main(argv=None) -> int:
     print(f"{done} shapes this run in {wall:.0f} s; {len(rows)} of {len(problems)} in {out}; "
           f"total wall {meta['wall_s_total']:.0f} s" + ("" if complete else f"; {left} left: run again"))
     return 0
+
+
+def preflight(layout: str) -> dict[str, str]:
+    """Baselines that cannot serve `layout` on a 256^3 problem, with the reason (empty: all can)."""
+    import torch
+
+    from cudal2.baselines import NAMES, prepare, serves
+    from cudal2.problems import Problem
+    p = Problem(256, 256, 256, layout)
+    names = [n for n in NAMES if serves(n, layout) is None]
+    a = torch.randn(p.M, p.K, device="cuda", dtype=torch.float16)
+    b = torch.randn(*p.b_shape(), device="cuda", dtype=torch.float16)
+    c = torch.empty(p.M, p.N, device="cuda", dtype=torch.float16)
+    reasons: dict[str, str] = {}
+    prepare(names, p, a, b, c, reasons=reasons, tune_calls=1)
+    return reasons
 
 
 if __name__ == "__main__":
