@@ -25,6 +25,8 @@ class GRPOConfig:
     inner_steps: int = 2          # gradient steps per group on the same samples (the ratio clip guards them)
     eps: float = 1e-6
     max_grad_norm: float = 1.0
+    cpu: bool = False             # keep the policy on the CPU even where a GPU is visible (the
+                                  # efficiency study: bit-for-bit replay on resume, parent off CUDA)
 
 
 def advantages(rewards: list[float], eps: float = 1e-6) -> torch.Tensor:
@@ -34,11 +36,22 @@ def advantages(rewards: list[float], eps: float = 1e-6) -> torch.Tensor:
     return (r - r.mean()) / (r.std(unbiased=False) + eps)
 
 
+def _accelerator(cpu: bool):
+    """accelerate's Accelerator; with `cpu`, on the CPU unless this process has already put accelerate
+    on a GPU (its state is process-wide and refuses to change), in which case that one is used."""
+    from accelerate import Accelerator
+    if cpu:
+        try:
+            return Accelerator(cpu=True)
+        except ValueError:
+            pass
+    return Accelerator()
+
+
 class GRPO:
     def __init__(self, policy, config: GRPOConfig | None = None, accelerator=None):
-        from accelerate import Accelerator
         self.cfg = config or GRPOConfig()
-        self.acc = accelerator or Accelerator()
+        self.acc = accelerator or _accelerator(self.cfg.cpu)
         self.policy = policy
         self.ref = copy.deepcopy(policy).eval()
         for p in self.ref.parameters():

@@ -286,3 +286,61 @@ def test_gpu_illegal_address_kills_only_its_worker(gpu_device):
     assert [m.status for m in ms] == ["ok", "crash", "ok"], [m.reason for m in ms]
     assert "illegal" in ms[1].reason.lower()
     assert all(m.time_us > 0 for m in (ms[0], ms[2]))
+
+
+def test_profiles_keep_their_own_checks_and_dedup_and_share_the_worker():
+    # A kernel that is wrong only off the tile grid passes a screen without "edges" and fails the full
+    # check; the screen's result is never copied into the full profile (dedup is per profile).
+    EDGY = spec(bm=32)
+    clock = HashClock(faults={EDGY: "wrong_edges"})
+    with standin_evaluator(clock, workers=0) as ev:
+        conf = ev.add_profile("screen", checks=("random", "poison"), min_ms=5.0, early_stop=None)
+        assert conf["checks"] == ["random", "poison"] and conf["min_ms"] == 5.0 and conf["early_stop"] is None
+        assert ev.profile_config()["checks"] == list(ev.check_cfg["checks"])       # the default is untouched
+        screen = ev.evaluate(P, [OK1, EDGY], profile="screen")
+        full = ev.evaluate(P, [OK1, EDGY])
+        assert [m.status for m in screen] == ["ok", "ok"]
+        assert [m.status for m in full] == ["ok", "wrong"] and full[1].reason.startswith("edges:")
+        assert not full[0].reason.startswith("duplicate binary")                   # measured again, in full
+        assert [r["name"] for r in screen[0].check["results"]] == ["random", "poison"]
+        assert ev.restarts == 0
+        with pytest.raises(ValueError, match="unknown evaluation profile"):
+            ev.evaluate(P, [OK1], profile="nope")
+        with pytest.raises(ValueError, match="unknown timing knob"):
+            ev.add_profile("bad", min_seconds=1)
+        with pytest.raises(ValueError, match="name one or more of"):
+            ev.add_profile("bad", checks=("random", "vibes"))
+
+
+def test_fake_evaluator_profiles_agree_with_the_real_one():
+    EDGY = spec(bm=32)
+    clock = HashClock(faults={EDGY: "wrong_edges", WRONG: "wrong"})
+    fake = FakeEvaluator(clock, early_stop=None)
+    fake.add_profile("screen", checks=("random",))
+    with standin_evaluator(clock, workers=0, early_stop=None) as ev:
+        ev.add_profile("screen", checks=("random",))
+        for prof in ("screen", "default"):
+            keys = ("spec", "status", "time_us", "best_cublas_us", "reason")
+            a = [[getattr(m, k) for k in keys] for m in fake.evaluate(P, [OK1, EDGY, WRONG], profile=prof)]
+            b = [[getattr(m, k) for k in keys] for m in ev.evaluate(P, [OK1, EDGY, WRONG], profile=prof)]
+            assert a == b
+    assert [x[1] for x in a] == ["ok", "wrong", "wrong"]
+
+
+def test_prefetched_compiles_are_used_and_a_dying_ahead_pool_falls_back():
+    BOOM = spec(bm=32, bn=32)
+    clock = HashClock(faults={BOOM: "compile_crash", BADC: "compile"})
+    with standin_evaluator(clock, workers=1, prefetch_workers=1) as ev:
+        assert ev.prefetch(P, [OK1, OK2, BADC, INVALID, OK1]) == 3       # invalid and repeated ones skipped
+        ms = ev.evaluate(P, [OK1, BADC, OK2])
+        assert [m.status for m in ms] == ["ok", "compile_error", "ok"]
+        assert ev.compiled_ahead == 3 and "does not compile" in ms[1].reason
+        # A compile that kills its (ahead) worker: evaluate compiles it again the ordinary way, which
+        # charges the death to that spec alone; the others still come through.
+        assert ev.prefetch(P, [BOOM, OK3]) == 2
+        ms = ev.evaluate(P, [OK3, BOOM])
+        assert [m.status for m in ms] == ["ok", "compile_error"]
+        assert "compile worker process died" in ms[1].reason
+        assert ev.prefetch(P, [spec(bn=32)]) == 1                          # a new ahead pool starts
+        assert ev.evaluate(P, [spec(bn=32)])[0].status == "ok"
+    assert Evaluator(workers=0).prefetch(P, [OK1]) == 0                   # no pool, no prefetch

@@ -184,6 +184,88 @@ def test_kernel_plan_out_aliasing_input():
     assert torch.equal(a.float(), want)
 
 
+class _BindStandIn(_StandIn):
+    """A stand-in that also offers `bind(M, N, K)` (backends/base.py): the bound launch gets dense,
+    aligned tensors of any shape holding A [M, K], B and C [M, N] and must not be given others."""
+
+    def __init__(self, layout):
+        super().__init__(layout)
+        self.bound, self.targets = [], []
+
+    def bind(self, M, N, K):
+        self.bound.append((M, N, K))
+
+        def launch(a, b, c):
+            for t, n in ((a, M * K), (b, N * K), (c, M * N)):
+                assert t.is_contiguous() and t.data_ptr() % 16 == 0 and t.numel() == n and t.dtype == torch.float16
+            self.calls += 1
+            self.targets.append(c)
+            bb = b if self.layout == "nn" else b.t()
+            c.view(M, N).copy_((a.reshape(M, K).float() @ bb.float()).half())
+        return launch
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_bound_plan_copies_and_writes_safely(layout):
+    M, N, K = 6, 10, 12
+    k = _BindStandIn(layout)
+    plan = ops._kernel_plan(k, M, N, K, torch.Size((2, 3, N)), torch.device("cpu"), "stand-in")
+    assert type(plan) is ops._BoundPlan and k.bound == [(M, N, K)]
+    a = torch.randn(2 * 3 * K + 1).half()[1:].view(2, 3, K)          # misaligned base (2 bytes)
+    b = _operand((K, N) if layout == "nn" else (N, K), torch.float16, "t", None)   # non-contiguous
+    c = plan(a, b, None)
+    assert c.shape == (2, 3, N) and c.is_contiguous() and close(c.reshape(M, N), a.reshape(M, K), b, layout)
+    assert k.targets[-1] is c                                          # allocated in its final shape
+    ae = torch.randn(1, 3, K).half().expand(2, 3, K)                   # stride-0 leading dimension
+    ce = plan(ae, b, None)
+    assert close(ce.reshape(M, N), ae.reshape(M, K), b, layout)
+    out = torch.empty(2, 3, 2 * N).half()[:, :, ::2]                  # a non-dense out view
+    r = plan(a, b, out)
+    assert r is out and torch.equal(out, c) and k.targets[-1] is not out
+    dense = torch.full((2, 3, N), float("nan")).half()
+    r = plan(a, b, dense)
+    assert r is dense and torch.equal(dense, c) and k.targets[-1] is dense     # written in place
+    with pytest.raises(ValueError, match="out is"):
+        plan(a, b, torch.empty(M, N).half())
+    with pytest.raises(ValueError, match="out is"):
+        plan(a, b, torch.empty(2, 3, N))                               # float32
+    with pytest.raises(TypeError, match="out must be a tensor"):
+        plan(a, b, [[0.0]])
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+def test_bound_plan_out_overlap_and_subclass():
+    M = N = K = 8
+    k = _BindStandIn("nn")
+    plan = ops._kernel_plan(k, M, N, K, torch.Size((M, N)), torch.device("cpu"), "stand-in")
+    a, b = torch.randn(M, K).half(), torch.eye(K).half() * 2
+    want = a.float() * 2
+    plan(a, b, a)                           # out is a: computed into a temporary, then copied
+    assert torch.equal(a.float(), want) and k.targets[-1] is not a
+    buf = torch.randn(3 * M * K).half()     # out and a in one storage: overlapping bytes -> temp,
+    a1, o1 = buf[:M * K].view(M, K), buf[M * K // 2:M * K // 2 + M * N].view(M, N)
+    assert o1.data_ptr() % 16 == 0
+    want = a1.float() @ b.float()
+    plan(a1, b, o1)
+    assert torch.equal(o1.float(), want.half().float()) and k.targets[-1] is not o1
+    o2 = buf[2 * M * K:].view(M, N)         # disjoint bytes of the same storage -> written in place
+    a1 = buf[:M * K].view(M, K)
+    plan(a1, b, o2)
+    assert k.targets[-1] is o2 and torch.equal(o2.float(), (a1.float() @ b.float()).half().float())
+    sub = torch.empty(M, N).half().as_subclass(_Sub)          # a tensor subclass that fits is served
+    r = plan(a, b, sub)
+    assert r is sub and torch.equal(torch.Tensor(sub).float(), (a.float() @ b.float()).half().float())
+
+
+def test_plan_choice_follows_the_kernel():
+    shape = torch.Size((4, 4))
+    assert type(ops._kernel_plan(_StandIn("nn"), 4, 4, 4, shape, torch.device("cpu"), "")) is ops._KernelPlan
+    assert type(ops._kernel_plan(_BindStandIn("nn"), 4, 4, 4, shape, torch.device("cpu"), "")) is ops._BoundPlan
+
+
 def test_dispatch_refuses_tampered_entry_and_falls_back(tmp_path, hopper):
     reg = Registry.load(tmp_path)
     spec = "backend=triton family=tiled bm=64 bn=64 bk=64 warps=4 stages=4 group_m=8"

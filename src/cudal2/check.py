@@ -76,15 +76,22 @@ class CheckReport:
 
 
 # ---- inputs -----------------------------------------------------------------------------------------
+def _gen_device(gen: torch.Generator | None):
+    return gen.device if gen is not None else torch.device("cpu")
+
+
 def make_inputs(problem: Problem, device, gen: torch.Generator | None = None, kind: str = "randn"):
-    """A [M,K] and B (layout shape) in fp16; `kind` is 'randn' or 'binary' ({0,1} entries)."""
+    """A [M,K] and B (layout shape) in fp16; `kind` is 'randn' or 'binary' ({0,1} entries).
+    Drawn where the generator lives (check_kernel gives a CUDA one for a CUDA device: a CPU randn of
+    a 67M-element operand takes ~0.5 s, and a full check draws about seven), then moved to `device`."""
     shapes = [(problem.M, problem.K), problem.b_shape()]
+    where = _gen_device(gen)
     out = []
     for shp in shapes:
         if kind == "binary":
-            t = torch.randint(0, 2, shp, generator=gen, device="cpu").to(torch.float16)
+            t = torch.randint(0, 2, shp, generator=gen, device=where).to(torch.float16)
         else:
-            t = torch.randn(shp, generator=gen, device="cpu", dtype=torch.float32).to(torch.float16)
+            t = torch.randn(shp, generator=gen, device=where, dtype=torch.float32).to(torch.float16)
         out.append(t.to(device))
     return out[0], out[1]
 
@@ -156,7 +163,8 @@ def _check_poison(fn, p, dev, gen) -> CheckResult:
 def _carve(shape, dev, gen, fill: torch.Tensor | None = None):
     """A contiguous `shape` view inside a buffer with GUARD random elements on each side."""
     n = shape[0] * shape[1]
-    buf = torch.randn(n + 2 * GUARD, generator=gen, dtype=torch.float32).to(torch.float16).to(dev)
+    buf = torch.randn(n + 2 * GUARD, generator=gen, device=_gen_device(gen),
+                      dtype=torch.float32).to(torch.float16).to(dev)
     view = buf[GUARD:GUARD + n].view(shape)
     if fill is not None:
         view.copy_(fill)
@@ -230,7 +238,10 @@ def check_kernel(fn: KernelFn, problem: Problem, device="cuda", *, seed: int = 0
     `supports(problem)` says which edge shapes the kernel claims (None: all). An exception from the
     kernel is a failed check with the exception as its reason.
     """
-    gen = torch.Generator().manual_seed(seed)
+    where = torch.device(device)
+    # Inputs are drawn on the kernel's device (a CUDA generator for CUDA): same distributions, no
+    # host-side randn of large operands (seconds per check on big shapes) and no host-to-device copy.
+    gen = (torch.Generator(device=where) if where.type == "cuda" else torch.Generator()).manual_seed(seed)
     report = CheckReport(problem.text)
     if supports is None:
         supports = getattr(fn, "supports", None)

@@ -10,6 +10,14 @@
     ok             checked, then timed offline interleaved with the baselines in one run
   Candidates with the same binary (Artifact.binary_hash) are run once; the others copy its result.
 
+Profiles: `add_profile(name, checks=..., min_ms=..., ...)` names another setting of the checks and
+timing knobs beside the constructor's ("default"), e.g. a cheap screening pass and the full
+PROTOCOL pass for its winners; `evaluate(problem, specs, profile=name)` picks one. Both share the
+worker, its inputs and baselines and the compile pools; dedup and the early-stop bar are per profile.
+
+Compile ahead: `prefetch(problem, specs)` starts compiles that a later evaluate will need in a second,
+lower-priority pool, so the CPU compiles while the GPU checks and times; evaluate takes them from there.
+
 The parent never touches CUDA: the worker process (gpu_worker.py) owns the context and reports the
 device, so it can be killed and started again at any time. Checks go one candidate per request, so a
 crash is charged to the candidate in flight; a crash while timing a group re-times its members one
@@ -18,7 +26,6 @@ by one for the same reason.
 from __future__ import annotations
 
 import functools
-import os
 import time
 from typing import Callable, Iterable, Sequence
 
@@ -26,7 +33,8 @@ from .backends.base import Artifact, CompileError
 from .device import DeviceInfo
 from .measurement import STATUSES, KernelCrash, KernelHang, Measurement, WrongResult
 from .problems import Problem
-from .procs import CompilePool, EvaluatorError, WorkerDied, WorkerProcess, WorkerTimeout, backend_compile, first_lines
+from .procs import (CompilePool, EvaluatorError, WorkerDied, WorkerProcess, WorkerTimeout, available_cpus,
+                    backend_compile, first_lines)
 from .spec import KernelSpec, SpecError, validate
 
 __all__ = ["Evaluator", "FakeEvaluator", "Measurement", "STATUSES", "EvaluatorError", "make_evaluator",
@@ -36,6 +44,33 @@ __all__ = ["Evaluator", "FakeEvaluator", "Measurement", "STATUSES", "EvaluatorEr
 # process need not import torch.
 DEFAULT_BASELINES = ("torch", "cublas-nn", "cublas-tn", "cublaslt-heuristic", "cublaslt-autotune")
 DEFAULT_CHECKS = ("random", "exact", "poison", "guard", "fresh", "edges")
+# The timing knobs a profile may set (gpu_worker.time_batch reads them).
+TIMING_KEYS = ("early_stop", "early_calls", "early_ms", "min_calls", "min_ms", "warmup", "modes")
+
+
+def _check_early_stop(early_stop) -> None:
+    if early_stop is not None and early_stop <= 1.0:
+        raise ValueError(f"early_stop must be > 1 (a ratio to the best time) or None, got {early_stop}")
+
+
+def profile_cfgs(check_cfg: dict, time_cfg: dict, checks=None, timing: dict | None = None) -> tuple[dict, dict]:
+    """(check cfg, time cfg) of a profile: `check_cfg` / `time_cfg` with `checks` and `timing` over them."""
+    timing = dict(timing or {})
+    bad = sorted(set(timing) - set(TIMING_KEYS))
+    if bad:
+        raise ValueError(f"unknown timing knob(s) {', '.join(bad)}; the knobs are {', '.join(TIMING_KEYS)}")
+    if checks is not None:
+        checks = tuple(checks)
+        unknown = [c for c in checks if c not in DEFAULT_CHECKS]
+        if unknown or not checks:
+            raise ValueError(f"checks {list(checks)}: name one or more of {', '.join(DEFAULT_CHECKS)}")
+    tim = {**time_cfg, **timing}
+    tim["modes"] = tuple(tim.get("modes", ()))
+    _check_early_stop(tim.get("early_stop"))
+    if tim.get("min_calls", 1) < 1 or tim.get("min_ms", 0.0) < 0:
+        raise ValueError("min_calls must be >= 1 and min_ms >= 0")
+    chk = {**check_cfg, "checks": checks if checks is not None else tuple(check_cfg["checks"])}
+    return chk, tim
 
 
 def parse_and_validate(s, problem: Problem, device: DeviceInfo) -> tuple[str, KernelSpec | None, str]:
@@ -79,14 +114,13 @@ class Evaluator:
                  early_ms: float = 5.0, seed: int = 0, compile_timeout_s: float = 600.0,
                  start_timeout_s: float = 300.0, prepare_timeout_s: float = 600.0, device_index: int | None = None,
                  worker_target: Callable | None = None, worker_config: dict | None = None,
-                 compile_fn: Callable | None = None):
-        if early_stop is not None and early_stop <= 1.0:
-            raise ValueError(f"early_stop must be > 1 (a ratio to the best time) or None, got {early_stop}")
+                 compile_fn: Callable | None = None, prefetch_workers: int | None = None):
+        _check_early_stop(early_stop)
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         from .gpu_worker import main
         self.device_key = device_key
-        self.workers = (os.cpu_count() or 1) if workers is None else int(workers)
+        self.workers = available_cpus() if workers is None else int(workers)
         self.timeout_s = float(timeout_s)
         self.start_timeout_s = float(start_timeout_s)
         self.prepare_timeout_s = float(prepare_timeout_s)
@@ -97,6 +131,15 @@ class Evaluator:
         self.worker_target = worker_target or main
         self.worker_cfg = {"device_index": device_index, **(worker_config or {})}
         self._compiler = CompilePool(compile_fn or backend_compile, self.workers, float(compile_timeout_s))
+        # Compile ahead (prefetch): a second pool at lower CPU priority; by default half the cores.
+        n_ahead = (max(1, self.workers // 2) if self.workers > 0 else 0) if prefetch_workers is None \
+            else int(prefetch_workers)
+        self.prefetch_workers = n_ahead
+        self._ahead = CompilePool(compile_fn or backend_compile, n_ahead, float(compile_timeout_s), nice=10) \
+            if n_ahead > 0 else None
+        self._pending: dict[tuple[str, str, str], object] = {}   # (problem, device, spec) -> Future
+        self.compiled_ahead = 0                  # evaluated specs whose compile came from prefetch
+        self.profiles: dict[str, tuple[dict, dict]] = {"default": (self.check_cfg, self.time_cfg)}
         self.restarts = 0
         # Wall seconds spent per phase over this evaluator's life: where an evaluation's time goes
         # (on the H200, 2026-12-02, ~1.8 s per evaluation, split unknown; NOTES.md).
@@ -106,8 +149,31 @@ class Evaluator:
         self._device: DeviceInfo | None = None
         self._versions: dict = {}
         self._problem: str | None = None
-        self._best: dict[str, float] = {}                 # problem -> best time known (early stop)
-        self._seen: dict[tuple[str, str], Measurement] = {}   # (problem, binary hash) -> result
+        # problem (default profile) or (profile, problem) -> best time known (early stop)
+        self._best: dict = {}
+        self._seen: dict[tuple[str, str, str], Measurement] = {}   # (profile, problem, binary hash) -> result
+
+    # ---- profiles ---------------------------------------------------------------------------------
+    def add_profile(self, name: str, *, checks: Sequence[str] | None = None, **timing) -> dict:
+        """Another named setting of the checks and timing knobs (TIMING_KEYS), the rest as constructed."""
+        self.profiles[name] = profile_cfgs(self.check_cfg, self.time_cfg, checks, timing)
+        return self.profile_config(name)
+
+    def profile_config(self, name: str = "default") -> dict:
+        """Everything that decides a profile's measurements (JSON-able)."""
+        chk, tim = self._profile(name)
+        return {"checks": list(chk["checks"]), **{k: list(v) if isinstance(v, tuple) else v for k, v in tim.items()},
+                "baselines": list(self.problem_cfg["baselines"]), "seed": chk["seed"]}
+
+    def _profile(self, name: str) -> tuple[dict, dict]:
+        try:
+            return self.profiles[name]
+        except KeyError:
+            raise ValueError(f"unknown evaluation profile {name!r} (have {', '.join(self.profiles)})") from None
+
+    @staticmethod
+    def _bkey(profile: str, problem: str):
+        return problem if profile == "default" else (profile, problem)
 
     # ---- the worker -------------------------------------------------------------------------------
     def _start(self) -> WorkerProcess:
@@ -179,19 +245,51 @@ class Evaluator:
         return reply
 
     # ---- evaluate ---------------------------------------------------------------------------------
-    def evaluate(self, problem: Problem | str, specs: Iterable[KernelSpec | str]) -> list[Measurement]:
+    def evaluate(self, problem: Problem | str, specs: Iterable[KernelSpec | str],
+                 profile: str = "default") -> list[Measurement]:
         problem = problem if isinstance(problem, Problem) else Problem.parse(problem)
+        self._profile(profile)
         dev = self.device
         checked = [parse_and_validate(s, problem, dev) for s in specs]
         good = [spec for _, spec, _ in checked if spec is not None]
-        t0 = time.perf_counter()
-        compiled = iter(list(self._compiler.map(good, problem, dev)))
-        self.phase_s["compile"] += time.perf_counter() - t0
+        compiled = iter(self._compile(good, problem, dev))
         items = [(t, None, r) if spec is None else (t, spec, next(compiled)) for t, spec, r in checked]
-        return self.run_compiled(problem, items)
+        return self.run_compiled(problem, items, profile)
 
-    def run_compiled(self, problem: Problem, items: list[tuple]) -> list[Measurement]:
+    def _compile(self, specs: list[KernelSpec], problem: Problem, dev: DeviceInfo) -> list:
+        """Artifact or ("error", reason) per spec: prefetched ones from the compile-ahead pool (waiting
+        for them if need be), the others in the on-demand pool meanwhile."""
+        t0 = time.perf_counter()
+        ahead = [self._pending.pop((problem.text, dev.key, s.text), None) for s in specs]
+        now = iter(list(self._compiler.map([s for s, f in zip(specs, ahead) if f is None], problem, dev)))
+        out = [next(now) if f is None else self._ahead.result(f) for f in ahead]
+        self.compiled_ahead += sum(f is not None and r is not None for f, r in zip(ahead, out))
+        again = [i for i, r in enumerate(out) if r is None]     # the ahead pool failed them: compile here
+        for i, r in zip(again, self._compiler.map([specs[i] for i in again], problem, dev)):
+            out[i] = r
+        self.phase_s["compile"] += time.perf_counter() - t0
+        return out
+
+    def prefetch(self, problem: Problem | str, specs: Iterable[KernelSpec | str]) -> int:
+        """Start compiling specs a later `evaluate(problem, ...)` will ask for (compile ahead); returns
+        how many compiles were started (invalid specs and ones already pending are skipped). A spec
+        that is never evaluated costs only CPU time in the lower-priority pool."""
+        if self._ahead is None:
+            return 0
+        problem = problem if isinstance(problem, Problem) else Problem.parse(problem)
+        dev = self.device
+        new: dict[str, KernelSpec] = {}
+        for s in specs:
+            text, spec, _ = parse_and_validate(s, problem, dev)
+            if spec is not None and (problem.text, dev.key, text) not in self._pending:
+                new.setdefault(text, spec)
+        for (text, spec), fut in zip(new.items(), self._ahead.submit(list(new.values()), problem, dev)):
+            self._pending[(problem.text, dev.key, text)] = fut
+        return len(new)
+
+    def run_compiled(self, problem: Problem, items: list[tuple], profile: str = "default") -> list[Measurement]:
         """items: (spec text, spec or None, Artifact | ("error", reason) | invalid reason)."""
+        check_cfg, _ = self._profile(profile)
         dev, ver = self.device.key, self.versions
         mk = functools.partial(Measurement, problem=problem.text, device=dev, versions=ver)
         out: list[Measurement | None] = [None] * len(items)
@@ -202,7 +300,7 @@ class Evaluator:
                 out[i] = mk(spec=text, status="invalid", reason=res)
             elif isinstance(res, tuple):
                 out[i] = mk(spec=text, status="compile_error", reason=res[1])
-            elif (problem.text, res.binary_hash) in self._seen or res.binary_hash in first:
+            elif (profile, problem.text, res.binary_hash) in self._seen or res.binary_hash in first:
                 dups.append((i, res.binary_hash))
             else:
                 first[res.binary_hash] = i
@@ -210,7 +308,7 @@ class Evaluator:
         for h, i in first.items():
             art = items[i][2]
             t0, p0 = time.perf_counter(), self.phase_s["prepare"]
-            reply = self._ask(problem, ("check", art, self.check_cfg), self.timeout_s)
+            reply = self._ask(problem, ("check", art, check_cfg), self.timeout_s)
             dt = time.perf_counter() - t0 - (self.phase_s["prepare"] - p0)   # less a first prepare
             self.phase_s["check"] += dt
             m = mk(spec=items[i][0], status="ok", binary_hash=h, meta={**art.meta, "check_s": round(dt, 4)})
@@ -230,25 +328,27 @@ class Evaluator:
                 else:
                     passing.append(i)
         if passing:
-            self._time(problem, [items[i][2] for i in passing], [out[i] for i in passing])
+            self._time(problem, [items[i][2] for i in passing], [out[i] for i in passing], profile)
         for i in first.values():
-            self._seen[(problem.text, out[i].binary_hash)] = out[i]
+            self._seen[(profile, problem.text, out[i].binary_hash)] = out[i]
         for i, h in dups:
-            out[i] = _duplicate(self._seen[(problem.text, h)], items[i][0])
+            out[i] = _duplicate(self._seen[(profile, problem.text, h)], items[i][0])
         return out
 
-    def _time(self, problem: Problem, arts: list[Artifact], ms: list[Measurement]) -> None:
-        best = self._best.get(problem.text)
+    def _time(self, problem: Problem, arts: list[Artifact], ms: list[Measurement], profile: str = "default") -> None:
+        _, time_cfg = self._profile(profile)
+        bkey = self._bkey(profile, problem.text)
+        best = self._best.get(bkey)
         # A group's timing scales with its size; a quarter of timeout_s per member is far above what
         # timing one checked kernel takes (min_ms of GPU time plus warm-up and the early pass).
         limit = self.timeout_s * (1 + len(arts) / 4)
         t0 = time.perf_counter()
-        reply = self._ask(problem, ("time", arts, self.time_cfg, best), limit)
+        reply = self._ask(problem, ("time", arts, time_cfg, best), limit)
         self.phase_s["time"] += time.perf_counter() - t0
         if reply[0] != "ok":
             if len(arts) > 1:   # somebody in the group broke the worker: find out who, one by one
                 for art, m in zip(arts, ms):
-                    self._time(problem, [art], [m])
+                    self._time(problem, [art], [m], profile)
                 return
             ms[0].status = "crash" if reply[0] == "error" else reply[0]
             ms[0].reason = f"{reply[1]} (while timing)"
@@ -256,7 +356,7 @@ class Evaluator:
         best_cublas = _apply_times(reply[1], {art.binary_hash: m for art, m in zip(arts, ms)})
         known = [m.time_us for m in ms if m.time_us] + ([best_cublas] if best_cublas else []) + ([best] if best else [])
         if known:
-            self._best[problem.text] = min(known)
+            self._best[bkey] = min(known)
 
     def best_known(self, problem: Problem | str, us: float | None = None) -> float | None:
         """The best time known for a problem (the early-stop bar); `us` lowers it (a time measured
@@ -284,7 +384,12 @@ class Evaluator:
         if self._w is not None:
             self._w.stop()
             self._w = None
+        for fut in self._pending.values():
+            fut.cancel()
+        self._pending.clear()
         self._compiler.close()
+        if self._ahead is not None:
+            self._ahead.close()
 
     def __enter__(self):
         return self
@@ -306,14 +411,33 @@ class FakeEvaluator:
         self.early_stop, self.baselines, self.checks = early_stop, tuple(baselines), tuple(checks)
         self.versions = {"stand_in": "FakeEvaluator"}
         self.calls = 0
-        self._best: dict[str, float] = {}
-        self._seen: dict[tuple[str, str], Measurement] = {}
+        self.check_cfg = {"checks": self.checks, "seed": 0}
+        self.time_cfg = {"early_stop": early_stop, "early_calls": 5, "early_ms": 5.0, "min_calls": 30,
+                         "min_ms": 100.0, "warmup": 3, "modes": ()}
+        self.problem_cfg = {"baselines": self.baselines, "seed": 0}
+        self.profiles: dict[str, tuple[dict, dict]] = {"default": (self.check_cfg, self.time_cfg)}
+        self._best: dict = {}
+        self._seen: dict[tuple[str, str, str], Measurement] = {}
         if device_key and device_key != self.device.key:
             raise EvaluatorError(f"FakeEvaluator device is {self.device.key}, not {device_key}")
 
-    def evaluate(self, problem: Problem | str, specs: Iterable[KernelSpec | str]) -> list[Measurement]:
+    add_profile = Evaluator.add_profile
+    profile_config = Evaluator.profile_config
+    _profile = Evaluator._profile
+    _bkey = staticmethod(Evaluator._bkey)
+
+    def prefetch(self, problem, specs) -> int:
+        return 0          # nothing to compile ahead: the stand-in's compile is a hash
+
+    def evaluate(self, problem: Problem | str, specs: Iterable[KernelSpec | str],
+                 profile: str = "default") -> list[Measurement]:
+        """As Evaluator.evaluate. A clock with a `fails(spec, problem, checks) -> "check: why" | None`
+        method fails candidates in some checks only (e.g. edges: passes a screen, not the full check)."""
         from .gpu_worker import _TableTimer, clock_compile, stub_report, time_batch
         problem = problem if isinstance(problem, Problem) else Problem.parse(problem)
+        check_cfg, time_cfg = self._profile(profile)
+        checks = check_cfg["checks"]
+        fails = getattr(self.clock, "fails", None)
         mk = functools.partial(Measurement, problem=problem.text, device=self.device.key, versions=self.versions)
         out, timed, dups = [], {}, []
         for s in specs:
@@ -322,7 +446,7 @@ class FakeEvaluator:
                 out.append(mk(spec=text, status="invalid", reason=reason))
                 continue
             h = clock_compile(spec, problem, self.device).binary_hash
-            if (problem.text, h) in self._seen or h in timed:
+            if (profile, problem.text, h) in self._seen or h in timed:
                 dups.append((len(out), text, h))
                 out.append(None)
                 continue
@@ -330,31 +454,34 @@ class FakeEvaluator:
             out.append(m)
             self.calls += 1
             try:
-                timed[h] = (float(self.clock(spec, problem)), m)
-                m.check = stub_report(problem, self.checks)
+                t = float(self.clock(spec, problem))
+                why = fails(spec, problem, checks) if fails else None
+                if why:
+                    raise WrongResult(why)
+                timed[h] = (t, m)
+                m.check = stub_report(problem, checks)
             except CompileError as e:   # as in the Evaluator: no binary, nothing to copy later
                 m.status, m.reason, m.binary_hash = "compile_error", first_lines(e), ""
                 continue
             except WrongResult as e:
-                m.check = stub_report(problem, self.checks, str(e))
+                m.check = stub_report(problem, checks, str(e))
                 m.status, m.reason = "wrong", m.check["reason"]
             except (KernelCrash, KernelHang, TimeoutError) as e:
                 m.status = "timeout" if isinstance(e, (KernelHang, TimeoutError)) else "crash"
                 m.reason = f"{type(e).__name__}: {e}"
-            self._seen[(problem.text, h)] = m
+            self._seen[(profile, problem.text, h)] = m
         get = getattr(self.clock, "baselines", None)
         base = {n: t for n, t in (get(problem) if get else {}).items() if n in self.baselines}
-        cfg = {"early_stop": self.early_stop, "early_calls": 5, "early_ms": 5.0, "min_calls": 30,
-               "min_ms": 100.0, "warmup": 3, "modes": ()}
-        best = self._best.get(problem.text)
+        bkey = self._bkey(profile, problem.text)
+        best = self._best.get(bkey)
         res = time_batch(_TableTimer({**base, **{h: t for h, (t, _) in timed.items()}}),
-                         list(timed), sorted(base), cfg, best)
+                         list(timed), sorted(base), time_cfg, best)
         bc = _apply_times(res, {h: m for h, (_, m) in timed.items()})
         known = [m.time_us for _, m in timed.values() if m.time_us] + [x for x in (bc, best) if x]
         if known:
-            self._best[problem.text] = min(known)
+            self._best[bkey] = min(known)
         for i, text, h in dups:
-            out[i] = _duplicate(self._seen[(problem.text, h)], text)
+            out[i] = _duplicate(self._seen[(profile, problem.text, h)], text)
         return out
 
     evaluate_many = Evaluator.evaluate_many

@@ -138,10 +138,11 @@ class GpuHandler:
 
     def set_problem(self, problem: Problem, cfg: dict) -> dict:
         torch = self.torch
-        g = torch.Generator().manual_seed(int(cfg.get("seed", 0)))
-        # PROTOCOL: randn inputs, fresh per shape, never zeros.
-        self.a = torch.randn((problem.M, problem.K), generator=g).half().cuda()
-        self.b = torch.randn(problem.b_shape(), generator=g).half().cuda()
+        # PROTOCOL: randn inputs, fresh per shape, never zeros. Drawn on the GPU: a CPU randn of a
+        # large operand (67M elements for 64x16384x4096) takes ~0.5 s, paid at every problem switch.
+        g = torch.Generator(device="cuda").manual_seed(int(cfg.get("seed", 0)))
+        self.a = torch.randn((problem.M, problem.K), generator=g, device="cuda").half()
+        self.b = torch.randn(problem.b_shape(), generator=g, device="cuda").half()
         self.c = torch.empty((problem.M, problem.N), dtype=torch.float16, device="cuda")
         self.problem = problem
         self.kernels.clear()
@@ -208,6 +209,7 @@ class HashClock:
     """A deterministic stub clock: µs from a hash of (spec, problem), planted faults by spec text.
 
     faults: {spec text: "compile" | "compile_crash" (clock_compile ends its process) | "wrong" |
+    "wrong_edges" (fails only where the checks include "edges": passes a screen without them) |
     "crash" | "crash_timing" (the stand-in worker dies when timing it) | "hang" | "slow" (10x its
     hashed time)}; delay_s: seconds each call takes
     (to make a run last long enough to interrupt). Picklable, so it can travel to worker processes
@@ -244,6 +246,12 @@ class HashClock:
         t = self.scale_us * (1.0 + p.flops / 2**30) * (1.0 + 3.0 * h / 2**32)
         return 10.0 * t if kind == "slow" else t
 
+    def fails(self, spec, problem, checks) -> str | None:
+        """The planted failure of a check that only some check sets run (FakeEvaluator's hook)."""
+        if self.faults.get(str(spec)) == "wrong_edges" and "edges" in checks:
+            return "edges: planted wrong result off the tile grid"
+        return None
+
     def baselines(self, problem) -> dict[str, float]:
         p = Problem.parse(str(problem))
         t = self.scale_us * (1.0 + p.flops / 2**30)
@@ -267,10 +275,14 @@ def clock_compile(spec, problem, device, clock=None) -> Artifact:
 
 
 def stub_report(problem: Problem, checks, error: str | None = None) -> dict:
-    """A CheckReport.to_dict() look-alike for the stand-in (the real checker needs torch)."""
+    """A CheckReport.to_dict() look-alike for the stand-in (the real checker needs torch). An error
+    "name: detail" naming one of the checks fails that check, any other fails "random"."""
     if error is not None:
-        res = [{"name": "random", "passed": False, "value": None, "limit": None, "detail": error}]
-        return {"problem": problem.text, "passed": False, "reason": f"random: {error}", "results": res}
+        name, _, detail = error.partition(": ")
+        if name not in checks or not detail:
+            name, detail = "random", error
+        res = [{"name": name, "passed": False, "value": None, "limit": None, "detail": detail}]
+        return {"problem": problem.text, "passed": False, "reason": f"{name}: {detail}", "results": res}
     res = [{"name": n, "passed": True, "value": None, "limit": None, "detail": "stand-in"} for n in checks]
     return {"problem": problem.text, "passed": True, "reason": "", "results": res}
 
@@ -312,6 +324,10 @@ class ClockHandler:
     def check(self, art: Artifact, cfg: dict) -> dict:
         try:
             self.times[art.binary_hash] = self._run(art)
+            fails = getattr(self.clock, "fails", None)
+            why = fails(art.spec, self.problem, cfg["checks"]) if fails else None
+            if why:
+                raise WrongResult(why)
         except WrongResult as e:
             return {"report": stub_report(self.problem, cfg["checks"], str(e)), "fatal": False}
         return {"report": stub_report(self.problem, cfg["checks"]), "fatal": False}

@@ -31,8 +31,12 @@ _KERNELS: dict = {}      # (entry key, sha256, device index) -> Kernel, or the r
 _WARNED: set = set()
 _REG: list = []          # [Registry | None] once loaded
 _F16 = torch.float16
+_Tensor = torch.Tensor
+_CONTIGUOUS = torch.contiguous_format
+_is_compiling = torch.compiler.is_compiling
 _linear = torch.nn.functional.linear
 _ALIGN = 16              # bytes: the vector loads / cp.async / TMA of every backend need 16-byte bases
+_MASK = _ALIGN - 1
 
 
 def _warn_once(msg: str) -> None:
@@ -90,7 +94,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, layout: str = "nn", out: torch.T
     strict=True raises instead of falling back where the input is not one cudal2 tunes (not CUDA,
     not float16) or a registry entry is refused; "cuBLAS won" / "no entry" still use torch.matmul,
     since that is the tuned answer."""
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         r = torch.ops.cudal2.hgemm(a, b, layout)
         if out is None:
             return r
@@ -130,9 +134,11 @@ class _TorchPlan:
 
 
 class _KernelPlan:
-    __slots__ = ("kern", "mk", "mn", "shape", "flat", "dev", "guard", "info")
+    """A registry kernel behind the generic Kernel contract: a, b, c made 2-d, dense and aligned."""
+    __slots__ = ("kernel", "kern", "mk", "mn", "shape", "flat", "dev", "guard", "info")
 
     def __init__(self, kern, M, N, K, shape, dev, info):
+        self.kernel = kern
         # The plan's key fixes shapes, dtypes and device, and __call__ makes a, b, c dense and
         # aligned, so a backend's per-call argument checks are redundant here: if the Kernel offers
         # `unchecked` (the same launch without them), the hot path uses it.
@@ -151,7 +157,7 @@ class _KernelPlan:
         if not b.is_contiguous() or b.data_ptr() % _ALIGN:
             b = b.clone(memory_format=torch.contiguous_format)
         direct = out is not None and self._direct(out, a, b)
-        c = out.view(self.mn) if direct else torch.empty(self.mn, dtype=_F16, device=self.dev)
+        c = out.view(self.mn) if direct else torch.empty(*self.mn, dtype=_F16, device=self.dev)
         if self.guard:
             with torch.cuda.device(self.dev):
                 self.kern(a, b, c)
@@ -170,6 +176,64 @@ class _KernelPlan:
             return False
         s = out.untyped_storage().data_ptr()
         return s != a.untyped_storage().data_ptr() and s != b.untyped_storage().data_ptr()
+
+
+class _BoundPlan(_KernelPlan):
+    """A kernel that offers `bind(M, N, K)` (backends/base.py): its launch for this size takes dense,
+    aligned tensors of any shape and reads only their data pointers, so the plan passes a and out as
+    they come (no reshape, no view) once its checks hold. The checks are the generic plan's, done
+    with what they need and no more: contiguity and 16-byte alignment of a and b (else a dense
+    copy), `out`'s shape / dtype / device (else the error _check_out raises), and `out` written
+    directly only when dense, aligned and overlapping neither input's bytes (else a temporary that
+    is copied into it)."""
+    __slots__ = ("launch", "dims", "abytes", "bbytes", "cbytes", "didx")
+
+    def __init__(self, kern, M, N, K, shape, dev, info):
+        super().__init__(kern, M, N, K, shape, dev, info)
+        self.launch = kern.bind(M, N, K)
+        # torch.empty(*ints) parses in about half the time of torch.empty(torch.Size) (~1 vs ~2 µs).
+        self.dims = tuple(int(x) for x in shape)
+        self.abytes, self.bbytes, self.cbytes = 2 * M * K, 2 * N * K, 2 * M * N
+        self.didx = dev.index if dev.type == "cuda" and dev.index is not None else -1
+
+    def __call__(self, a, b, out):
+        pa = a.data_ptr()
+        if pa & _MASK or not a.is_contiguous():
+            a = a.clone(memory_format=_CONTIGUOUS)
+            pa = a.data_ptr()
+        pb = b.data_ptr()
+        if pb & _MASK or not b.is_contiguous():
+            b = b.clone(memory_format=_CONTIGUOUS)
+            pb = b.data_ptr()
+        if out is None:
+            c = torch.empty(*self.dims, dtype=_F16, device=self.dev)
+            if self.guard:
+                with torch.cuda.device(self.dev):
+                    self.launch(a, b, c)
+            else:
+                self.launch(a, b, c)
+            return c
+        if (out.__class__ is not _Tensor or out.dtype is not _F16 or out.shape != self.shape
+                or out.get_device() != self.didx):
+            _check_out(out, self.shape, _F16, self.dev)      # raises unless a subclass that fits
+        po, n = out.data_ptr(), self.cbytes
+        if (po & _MASK or not out.is_contiguous() or (po < pa + self.abytes and pa < po + n)
+                or (po < pb + self.bbytes and pb < po + n)):
+            c = torch.empty(*self.dims, dtype=_F16, device=self.dev)
+        else:
+            c = out
+        if self.guard:
+            with torch.cuda.device(self.dev):
+                self.launch(a, b, c)
+        else:
+            self.launch(a, b, c)
+        if c is not out:
+            out.copy_(c)
+        return out
+
+
+def _kernel_plan(kern, M, N, K, shape, dev, info) -> _KernelPlan:
+    return (_BoundPlan if callable(getattr(kern, "bind", None)) else _KernelPlan)(kern, M, N, K, shape, dev, info)
 
 
 def _make_plan(a, b, layout, strict):
@@ -212,7 +276,7 @@ def _make_plan(a, b, layout, strict):
         from .device import current
         idx = a.device.index if a.device.index is not None else torch.cuda.current_device()
         kern, info = _choose(problem, current(idx), idx, strict)
-        plan = (_KernelPlan(kern, M, N, K, shape, a.device, info) if kern is not None
+        plan = (_kernel_plan(kern, M, N, K, shape, a.device, info) if kern is not None
                 else _TorchPlan(layout, shape, _F16, a.device, info))
     _PLANS[key] = plan
     return plan

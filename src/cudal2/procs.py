@@ -5,9 +5,10 @@ Kept apart from evaluate.py so the evaluation logic reads on its own. Nothing he
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import time
-from concurrent.futures import ProcessPoolExecutor, TimeoutError as FutureTimeout
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
@@ -34,6 +35,20 @@ class WorkerTimeout(Exception):
 def first_lines(text: str, n: int = LOG_LINES, limit: int = 2000) -> str:
     lines = [ln for ln in str(text).splitlines() if ln.strip()]
     return "\n".join(lines[:n])[:limit]
+
+
+def available_cpus() -> int:
+    """CPU cores this process may use: its affinity mask, bounded by a cgroup v2 quota (a container
+    can see every core of its host in os.cpu_count())."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
 
 
 def backend_compile(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact:
@@ -126,17 +141,52 @@ class WorkerProcess:
 
 
 
-class CompilePool:
-    """Compiles specs in parallel in spawned processes; `workers=0` compiles in this process."""
+def _lower_priority(nice: int) -> None:
+    """Pool initializer: compile-ahead workers yield the CPU to the GPU worker and the on-demand pool
+    (a starved GPU worker would let the timing loop's queue drain)."""
+    try:
+        os.nice(nice)
+    except OSError:
+        pass
 
-    def __init__(self, compile_fn: Callable, workers: int, timeout_s: float):
+
+class CompilePool:
+    """Compiles specs in parallel in spawned processes; `workers=0` compiles in this process.
+    `nice` > 0 lowers the workers' CPU priority (the evaluator's compile-ahead pool)."""
+
+    def __init__(self, compile_fn: Callable, workers: int, timeout_s: float, nice: int = 0):
         self.compile_fn, self.workers, self.compile_timeout_s = compile_fn, workers, timeout_s
+        self.nice = int(nice)
         self._pool: ProcessPoolExecutor | None = None
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"))
+            kw = {"initializer": _lower_priority, "initargs": (self.nice,)} if self.nice > 0 else {}
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"), **kw)
         return self._pool
+
+    def submit(self, specs: list[KernelSpec], problem: Problem, device: DeviceInfo) -> list[Future]:
+        """Start compiles without waiting (compile ahead); collect each with `result`."""
+        if self.workers == 0:
+            raise ValueError("submit needs worker processes (workers > 0)")
+        pool = self._get_pool()
+        futs = [pool.submit(compile_one, self.compile_fn, s, problem, device) for s in specs]
+        for f in futs:
+            f.cudal2_pool = pool    # so a failure of an old pool never closes a newer one
+        return futs
+
+    def result(self, fut: Future, timeout: float | None = None):
+        """A submitted compile's Artifact or ("error", reason); None if the pool failed it (died,
+        timed out, cancelled): the caller compiles that spec again the ordinary way, which finds out
+        whether the spec itself kills its compiler."""
+        try:
+            return fut.result(timeout=self.compile_timeout_s if timeout is None else timeout)
+        except (FutureTimeout, CancelledError):
+            return None
+        except BrokenProcessPool:
+            if getattr(fut, "cudal2_pool", None) is self._pool:
+                self.close()
+            return None
 
     def close(self) -> None:
         if self._pool is not None:

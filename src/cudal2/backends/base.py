@@ -8,9 +8,19 @@
 
 A Kernel is built for one spec and may serve any problem the spec is valid for (kernels mask their
 edges), so the registry can reuse a tuned kernel for a nearby shape.
+
+Optional fast entries, for callers that have already checked the arguments (cudal2.ops' plans):
+  kernel.unchecked(a, b, c)      -> the launch without the per-call argument checks
+  kernel.bind(M, N, K)           -> f(a, b, c): the launch for one problem size, everything that
+                                    depends only on (M, N, K) worked out once. a, b, c must be
+                                    dense fp16 tensors (any shape: only their data pointers are
+                                    read on the fast path) holding A [M, K], B in the kernel's
+                                    layout and C [M, N], 16-byte aligned, on the current device;
+                                    it launches on that device's current stream.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -49,6 +59,28 @@ class Artifact:
         artifacts carry no binary (Triton's cache holds it) and fall back to the rendered source,
         which names the spec: only exact repeats are caught there."""
         return hashlib.sha256(self.binary or self.source.encode()).hexdigest()
+
+
+@functools.cache
+def stream_getter():
+    """f(device_index) -> the raw handle (int) of torch's current stream on that device.
+
+    torch._C._cuda_getCurrentRawStream (what Triton's own launcher uses) costs ~0.1 µs; the public
+    torch.cuda.current_stream(i).cuda_stream builds a Stream object per call (~1-2 µs). The private
+    one is feature-detected, with the public one as the fallback."""
+    import torch
+    f = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if f is not None:
+        return f
+    return lambda index: torch.cuda.current_stream(index).cuda_stream
+
+
+@functools.cache
+def device_getter():
+    """f() -> torch's current CUDA device index, cheaply (torch._C._cuda_getDevice when present)."""
+    import torch
+    f = getattr(torch._C, "_cuda_getDevice", None)
+    return f if f is not None else torch.cuda.current_device
 
 
 class Kernel(Protocol):

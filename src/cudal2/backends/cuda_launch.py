@@ -4,6 +4,11 @@ Every driver call's status is checked; a failure raises LaunchError with the CUD
 Per call the kernel does only: cheap input checks, writing the argument values into ctypes slots
 whose pointer array is built once, (wgmma) a dict lookup of cached tensor maps, and cuLaunchKernel
 on torch's current stream.
+
+`bind(M, N, K)` (what cudal2.ops' plans call) goes further: each bound size has its own argument
+buffer with M, N, K, the grid, block, shared memory and function handles filled in once, so a call
+writes three pointers (and the split-K workspace pointer) into it and launches. The stream comes
+from torch._C._cuda_getCurrentRawStream where torch has it (backends.base.stream_getter).
 """
 from __future__ import annotations
 
@@ -13,9 +18,10 @@ import functools
 from ..kernels_cuda import KERNELS
 from ..problems import Problem
 from ..spec import is_valid
-from .base import Artifact, LaunchError
+from .base import Artifact, LaunchError, stream_getter
 
 _TMAP_CACHE_MAX = 64          # distinct (pointer, shape) operand pairs kept encoded per kernel
+_MAX_BINDS = 256              # problem sizes bound per kernel before the table is reset
 
 
 def _cdiv(x: int, y: int) -> int:
@@ -85,6 +91,7 @@ class CudaKernel:
         self._args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
         self._red_args = (ctypes.c_void_p * 4)(*[ctypes.addressof(s) for s in (self._u64[3], self._u64[2],
                                                                                  self._i32[0], self._i32[1])])
+        self._binds: dict = {}
 
     def supports(self, problem: Problem) -> bool:
         return problem.layout == self.layout and is_valid(self.spec, problem, self.device_info)
@@ -111,8 +118,8 @@ class CudaKernel:
 
     def _stream(self, stream) -> int:
         if stream is None:
-            import torch
-            return torch.cuda.current_stream().cuda_stream
+            # The current stream of the kernel's own device: its module lives in that context.
+            return stream_getter()(self.device_index)
         return stream.cuda_stream if hasattr(stream, "cuda_stream") else int(stream)
 
     def _launch(self, name: str, grid: tuple[int, int, int], block: int, smem: int, stream: int, args) -> None:
@@ -125,7 +132,10 @@ class CudaKernel:
 
     def __call__(self, a, b, c, stream=None) -> None:
         M, N, K = self._shapes(a, b, c)
-        self._run(M, N, K, a, b, c, self._stream(stream))
+        if stream is None:
+            self.bind(M, N, K)(a, b, c)
+        else:
+            self._run(M, N, K, a, b, c, self._stream(stream))
 
     def unchecked(self, a, b, c) -> None:
         """The launch without argument checks, on the current stream, for callers that have
@@ -163,8 +173,8 @@ class CudaKernel:
             blocks = min(_cdiv(M * N, 256), self.sm_count * 16)
             self._launch("cudal2_splitk_reduce", (blocks, 1, 1), 256, 0, s, self._red_args)
 
-    def _tensor_maps(self, M, N, K, b, pa, pb) -> tuple[bytes, bytes]:
-        key = (pa, M, K, pb, tuple(b.shape))
+    def _tensor_maps(self, M, N, K, bshape: tuple, pa, pb) -> tuple[bytes, bytes]:
+        key = (pa, M, K, pb, bshape)
         hit = self._tmaps.get(key)
         if hit is not None:
             return hit
@@ -183,7 +193,7 @@ class CudaKernel:
     def _call_wgmma(self, M, N, K, b, pa, pb, pc, s) -> None:
         if pc % 16:
             raise ValueError("wgmma needs a 16-byte aligned c")
-        ta, tb = self._tensor_maps(M, N, K, b, pa, pb)
+        ta, tb = self._tensor_maps(M, N, K, tuple(b.shape), pa, pb)
         ctypes.memmove(self._maps[0], ta, 128)
         ctypes.memmove(self._maps[1], tb, 128)
         self._u64[2].value = pc
@@ -191,6 +201,94 @@ class CudaKernel:
         ctiles = _cdiv(_cdiv(M, sp.bm), cl) * _cdiv(N, sp.bn)     # cluster tiles
         grid = max(1, min(self.sm_count // cl, ctiles)) * cl      # persistent: one CTA per SM
         self._launch("cudal2_wgmma", (grid, 1, 1), self.threads, self.smem, s, self._args)
+
+
+    # ---- bound sizes (cudal2.ops plans) --------------------------------------------------------------
+    def bind(self, M: int, N: int, K: int):
+        """f(a, b, c): the launch for size (M, N, K) with a pre-packed argument buffer (contract:
+        backends/base.py); the same kernels, grids and arguments as `_run` computes per call."""
+        key = (M, N, K)
+        f = self._binds.get(key)
+        if f is None:
+            if len(self._binds) >= _MAX_BINDS:
+                self._binds.clear()
+            f = self._binds[key] = (self._bind_wgmma if self.family == "wgmma" else self._bind_mma)(M, N, K)
+        return f
+
+    def _bind_mma(self, M: int, N: int, K: int):
+        sp, d = self.spec, _drv()
+        u64 = [ctypes.c_uint64() for _ in range(4)]
+        i32 = [ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)]
+        slots = u64 + i32
+        args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
+        red = (ctypes.c_void_p * 4)(*[ctypes.addressof(x) for x in (u64[3], u64[2], i32[0], i32[1])])
+        a_args, a_red = ctypes.addressof(args), ctypes.addressof(red)
+        f_vec, f_scalar = self.funcs["cudal2_mma_vec"], self.funcs["cudal2_mma_scalar"]
+        shape_vec = K % 8 == 0 and N % 8 == 0
+        split = sp.split_k
+        g0 = _cdiv(M, sp.bm) * _cdiv(N, sp.bn)
+        threads, smem, need = self.threads, self.smem, split * M * N
+        launch, ok, idx = d.cuLaunchKernel, d.CUresult.CUDA_SUCCESS, self.device_index
+        stream = stream_getter()
+        if split > 1:
+            f_red = self.funcs["cudal2_splitk_reduce"]
+            r0 = min(_cdiv(M * N, 256), self.sm_count * 16)
+        # The argument arrays hold bare addresses: the slot objects must live as long as the launcher.
+        keep = (args, red, slots)
+
+        def run(a, b, c) -> None:
+            pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+            u64[0].value, u64[1].value, u64[2].value = pa, pb, pc
+            s = stream(idx)
+            if split > 1:
+                ws = self._ws
+                if ws is None or ws.numel() < need:
+                    import torch
+                    ws = self._ws = torch.empty(need, dtype=torch.float32, device=a.device)
+                u64[3].value = ws.data_ptr()       # every call: another size may have grown it
+            f = f_vec if shape_vec and not (pa | pb | pc) % 16 else f_scalar
+            res = launch(f, g0, 1, split, threads, 1, 1, smem, s, a_args, 0)
+            if res[0] != ok:
+                check(res, f"cuLaunchKernel(mma {M}x{N}x{K}, grid=({g0}, 1, {split}), block={threads})")
+            if split > 1:
+                res = launch(f_red, r0, 1, 1, 256, 1, 1, 0, s, a_red, 0)
+                if res[0] != ok:
+                    check(res, f"cuLaunchKernel(cudal2_splitk_reduce, grid=({r0}, 1, 1), block=256)")
+        run.keep = keep
+        return run
+
+    def _bind_wgmma(self, M: int, N: int, K: int):
+        sp, d = self.spec, _drv()
+        maps = [(ctypes.c_ubyte * 128)() for _ in range(2)]
+        pc_slot = ctypes.c_uint64()
+        i32 = [ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)]
+        slots = maps + [pc_slot] + i32
+        args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
+        a_args = ctypes.addressof(args)
+        cl = sp.cluster
+        ctiles = _cdiv(_cdiv(M, sp.bm), cl) * _cdiv(N, sp.bn)
+        g0 = max(1, min(self.sm_count // cl, ctiles)) * cl
+        f, threads, smem = self.funcs["cudal2_wgmma"], self.threads, self.smem
+        launch, ok, idx = d.cuLaunchKernel, d.CUresult.CUDA_SUCCESS, self.device_index
+        stream = stream_getter()
+        bshape = (K, N) if self.layout == "nn" else (N, K)
+        last = [None]
+
+        def run(a, b, c) -> None:
+            pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+            if pc % 16:
+                raise ValueError("wgmma needs a 16-byte aligned c")
+            if last[0] != (pa, pb):     # maps encode the operand pointers: rewrite when they move
+                ta, tb = self._tensor_maps(M, N, K, bshape, pa, pb)
+                ctypes.memmove(maps[0], ta, 128)
+                ctypes.memmove(maps[1], tb, 128)
+                last[0] = (pa, pb)
+            pc_slot.value = pc
+            res = launch(f, g0, 1, 1, threads, 1, 1, smem, stream(idx), a_args, 0)
+            if res[0] != ok:
+                check(res, f"cuLaunchKernel(cudal2_wgmma {M}x{N}x{K}, grid=({g0}, 1, 1), block={threads})")
+        run.keep = (args, slots)        # bare addresses in args: keep every slot object alive
+        return run
 
 
 def _encode(ptr: int, inner: int, outer: int, box_inner: int, box_outer: int) -> bytes:

@@ -1,0 +1,356 @@
+"""The direct launch paths on the CPU (issue 6: host overhead), no GPU.
+
+Triton: in a child process, Triton's JIT is made to believe in one sm_90 device whose compiled
+kernels launch into a recorder (a stand-in driver, and `compile` returning real CompiledKernel
+objects with a recording launcher). The JIT then binds, specialises, keys and caches exactly as on
+a card, so each test compares what the JIT path hands the launcher with what TritonKernel's direct
+path hands it for the same call: the same compiled kernel (function handle), grid, stream and every
+argument (pointers as ints), for each family and layout. A child process, because the stand-in
+driver and the patched JIT caches must never meet a real GPU process.
+
+CUDA: CudaKernel.bind against a stand-in driver: the pre-packed argument buffer and the launch
+configuration equal what the per-call `_run` packs for the same tensors.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve()
+
+
+# ---- Triton, in the child ---------------------------------------------------------------------------
+def _stub():
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import CompiledKernel
+
+    launches = []
+    count = [0]
+
+    class _Driver:
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, idx=None):
+            return 5
+
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+    triton.runtime.driver.set_active(_Driver())
+
+    def fake_compile(src, target=None, options=None, **kw):
+        count[0] += 1
+        k = object.__new__(CompiledKernel)
+        fid = 1000 + count[0]
+
+        def run(*args):
+            launches.append(_norm(args))        # as the launcher sees them, at the launch
+        k.module, k._module_pid, k.function, k._run = "stub", None, fid, run
+        k.packed_metadata, k.src, k.name, k.hash = (fid, 1, 0), src, f"stub{fid}", str(fid)
+        k.metadata = None
+        return k
+
+    from cudal2.kernels_triton import persistent, tiled
+    for fn in (tiled.tiled_kernel, tiled.splitk_reduce_kernel, persistent.persistent_kernel):
+        fn.device_caches[0]
+        fn.compile = fake_compile
+    # One workspace per device for both paths: the JIT path keys CPU tensors' workspace by stream
+    # None (no CUDA stream), the direct path by the raw stream; on a card both use the same int.
+    ws = tiled.workspace
+    tiled.workspace = lambda numel, device, stream_key=None: ws(numel, device, None)
+    from cudal2.backends import triton as tb
+    tb._device_index = lambda: 0
+    tb._raw_stream = lambda i: 5
+    return launches
+
+
+def _norm(args):
+    """A launcher call as comparable data: tensors become their data pointers; the JIT's hooks and
+    launch metadata (HookChain / LazyDict objects) become their kind."""
+    import torch
+    g0, g1, g2, stream, fn, meta, lmeta, enter, exit_, *rest = args
+    kind = (lambda h: "none" if h is None else ("idle" if getattr(h, "calls", None) == [] else "set"))
+    return {"grid": [g0, g1, g2], "stream": stream, "function": fn, "meta": list(meta),
+            "hooks": [kind(enter), kind(exit_)],
+            "args": [x.data_ptr() if isinstance(x, torch.Tensor) else x for x in rest]}
+
+
+def _worker() -> None:
+    launches = _stub()
+    import torch
+
+    from cudal2 import ops
+    from cudal2.backends import triton as tb
+    from cudal2.backends.base import Artifact
+    from cudal2.device import DeviceInfo
+    from cudal2.problems import Problem
+    from cudal2.spec import KernelSpec
+
+    dev = DeviceInfo.target("sm_90a")
+    h = torch.float16
+    out = {"probe": tb.direct_unsupported()}
+    cases = [("tiled", "family=tiled bm=32 bn=32 bk=16 warps=2 stages=2 group_m=4", [(100, 17, 300), (1, 48, 64)]),
+             ("tiled-sk2", "family=tiled bm=32 bn=32 bk=16 warps=2 stages=2 split_k=2", [(17, 100, 40), (64, 64, 64)]),
+             ("persistent", "family=persistent bm=64 bn=64 bk=32 warps=4 stages=2 subtile=2", [(100, 48, 72), (1, 64, 64)])]
+    for name, text, shapes in cases:
+        spec = KernelSpec.parse(text)
+        for layout in ("nn", "nt"):
+            p0 = Problem(*shapes[0], layout)
+            art = Artifact("triton", spec, tb.render(spec, p0), b"", {"layout": layout, "device": dev.to_dict()})
+            k = tb.load(art)
+            k._sm_count = 3
+            for M, N, K in shapes:
+                p = Problem(M, N, K, layout)
+                a = torch.randn(M, K).to(h)
+                b = torch.randn(*p.b_shape()).to(h)
+                c = torch.empty(M, N, dtype=h)
+                row = {"case": f"{name}-{layout}-{M}x{N}x{K}", "status0": k.direct_status(M, N, K)}
+                launches.clear()
+                k.unchecked(a, b, c)                         # first call: the JIT
+                row["jit"] = list(launches)
+                row["status1"] = k.direct_status(M, N, K)
+                launches.clear()
+                k.unchecked(a, b, c)                         # then: direct
+                row["direct"] = list(launches)
+                # New pointers, a 3-d a and c (bind reads pointers only): still direct, new pointers.
+                a3, c3 = a.clone().view(2, M // 2, K) if M % 2 == 0 else a.clone(), torch.empty(M, N, dtype=h)
+                launches.clear()
+                k.bind(M, N, K)(a3, b, c3)
+                row["direct_new_ptrs"] = list(launches)
+                row["ptrs"] = [a3.data_ptr(), b.data_ptr(), c3.data_ptr()]
+                # A misaligned a: through the JIT (tiled: another variant; persistent: refused).
+                buf = torch.empty(M * K + 1, dtype=h)
+                am = buf[1:].view(M, K)
+                am.copy_(a)
+                launches.clear()
+                try:
+                    k.unchecked(am, b, c)
+                    row["misaligned"] = list(launches)
+                except ValueError as e:
+                    row["misaligned"] = str(e)
+                # A launch hook set: through the JIT, which calls it.
+                from triton import knobs
+                seen = []
+
+                def hook(meta):
+                    seen.append(1)
+                knobs.runtime.launch_enter_hook.add(hook)
+                launches.clear()
+                try:
+                    k.unchecked(a, b, c)
+                finally:
+                    knobs.runtime.launch_enter_hook.remove(hook)
+                row["hooked"] = list(launches)
+                launches.clear()
+                k.unchecked(a, b, c)
+                row["after_hook"] = list(launches)
+                print(json.dumps(row), flush=True)
+    # A dispatch plan around the stubbed kernel: out=None, out dense, out aliasing a (temporary).
+    spec = KernelSpec.parse(cases[0][1])
+    p = Problem(6, 32, 64, "nt")
+    k = tb.load(Artifact("triton", spec, tb.render(spec, p), b"", {"layout": "nt", "device": dev.to_dict()}))
+    plan = ops._kernel_plan(k, p.M, p.N, p.K, torch.Size((2, 3, p.N)), torch.device("cpu"), "stub")
+    a = torch.randn(2, 3, p.K).to(h)
+    b = torch.randn(p.N, p.K).to(h)
+    launches.clear()
+    c1 = plan(a, b, None)
+    c2 = plan(a, b, None)
+    o = torch.empty(2, 3, p.N, dtype=h)
+    r = plan(a, b, o)
+    out["plan"] = {"type": type(plan).__name__, "n": len(launches),
+                   "ptrs": [x["args"][:3] for x in launches],
+                   "want": [[a.data_ptr(), b.data_ptr(), c1.data_ptr()], [a.data_ptr(), b.data_ptr(), c2.data_ptr()],
+                            [a.data_ptr(), b.data_ptr(), o.data_ptr()]],
+                   "shapes": [list(c1.shape), list(c2.shape)], "out_is_out": r is o,
+                   "paths": [x["hooks"] for x in launches]}
+    print(json.dumps({"case": "summary", **out}), flush=True)
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict:
+    env = {**os.environ}
+    env.pop("TRITON_INTERPRET", None)
+    env.pop("CUDAL2_TRITON_DIRECT", None)
+    r = subprocess.run([sys.executable, str(HERE), "--worker"], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    return {x["case"]: x for x in rows}
+
+
+def _cases(reports):
+    return [v for k, v in reports.items() if k != "summary"]
+
+
+def test_direct_path_is_available(reports):
+    assert reports["summary"]["probe"] is None, reports["summary"]["probe"]
+    assert len(_cases(reports)) == 12
+
+
+def test_first_call_jit_then_direct_with_the_same_launch(reports):
+    for r in _cases(reports):
+        assert r["status0"].startswith("jit: no aligned launch"), r["case"]
+        assert r["status1"] == "direct", (r["case"], r["status1"])
+        jit, direct = r["jit"], r["direct"]
+        assert len(jit) == len(direct) >= 1, r["case"]
+        for j, d in zip(jit, direct):
+            assert j["hooks"] == ["idle", "idle"] and d["hooks"] == ["none", "none"], r["case"]
+            # The same compiled kernel, grid, stream and every argument, constexprs included.
+            for key in ("function", "meta", "grid", "stream", "args"):
+                assert j[key] == d[key], (r["case"], key, j[key], d[key])
+
+
+def test_direct_path_passes_each_calls_pointers(reports):
+    for r in _cases(reports):
+        d, first = r["direct_new_ptrs"], r["direct"]
+        assert d[0]["hooks"] == ["none", "none"] and d[0]["function"] == first[0]["function"], r["case"]
+        pa, pb, pc = r["ptrs"]
+        assert d[0]["args"][:3] == [pa, pb, pc], r["case"]
+        assert d[0]["args"][4:] == first[0]["args"][4:], r["case"]        # ints and constexprs
+        # The 4th: tiled's ws_ptr (c itself without split-K, the cached workspace with it), or M.
+        want4 = pc if r["case"].startswith("tiled-n") else first[0]["args"][3]
+        assert d[0]["args"][3] == want4, r["case"]
+
+
+def test_misaligned_pointer_goes_through_the_jit(reports):
+    for r in _cases(reports):
+        m = r["misaligned"]
+        if r["case"].startswith("persistent"):
+            assert isinstance(m, str) and "16-byte aligned" in m, r["case"]
+        else:
+            # Another specialisation (a_ptr not divisible by 16): another compiled kernel.
+            assert m[0]["hooks"] == ["idle", "idle"], r["case"]
+            assert m[0]["function"] != r["direct"][0]["function"], r["case"]
+
+
+def test_launch_hooks_route_through_the_jit(reports):
+    for r in _cases(reports):
+        assert r["hooked"][0]["hooks"] == ["set", "idle"], r["case"]
+        assert r["after_hook"][0]["hooks"] == ["none", "none"], r["case"]
+
+
+def test_bound_plan_launches_on_its_tensors(reports):
+    s = reports["summary"]["plan"]
+    assert s["type"] == "_BoundPlan" and s["n"] == 3 and s["out_is_out"]
+    assert s["ptrs"] == s["want"]
+    assert s["shapes"] == [[2, 3, 32], [2, 3, 32]]
+    assert s["paths"] == [["idle", "idle"], ["none", "none"], ["none", "none"]]   # JIT, direct, direct
+
+
+def test_env_switch_and_foreign_source_disable_direct(monkeypatch):
+    from cudal2.backends import triton as tb
+    monkeypatch.setenv("CUDAL2_TRITON_DIRECT", "0")
+    assert tb._probe_direct() == "CUDAL2_TRITON_DIRECT=0"
+    monkeypatch.delenv("CUDAL2_TRITON_DIRECT")
+    assert tb._probe_direct() is None
+
+
+# ---- CUDA: bind packs what _run packs -------------------------------------------------------------
+class _Driver:
+    class CUresult:
+        CUDA_SUCCESS = 0
+
+    def __init__(self):
+        self.launches = []
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, args, extra):
+        # Read the argument values now, as the driver does at launch.
+        self.launches.append((f, (gx, gy, gz), (bx, by, bz), smem, stream, _unpack(args, f)))
+        return (0,)
+
+    def cuGetErrorName(self, err):
+        return (0, b"CUDA_ERROR_INVALID_VALUE")
+
+
+_LAYOUT = {"mma": ("Q", "Q", "Q", "Q", "i", "i", "i"), "red": ("Q", "Q", "i", "i"),
+           "wgmma": ("128s", "128s", "Q", "i", "i", "i")}
+
+
+def _unpack(addr: int, f: str) -> list:
+    kind = "red" if f == "cudal2_splitk_reduce" else ("wgmma" if f == "cudal2_wgmma" else "mma")
+    ptrs = (ctypes.c_void_p * len(_LAYOUT[kind])).from_address(addr)
+    out = []
+    for p, t in zip(ptrs, _LAYOUT[kind]):
+        if t == "Q":
+            out.append(ctypes.c_uint64.from_address(p).value)
+        elif t == "i":
+            out.append(ctypes.c_int.from_address(p).value)
+        else:
+            out.append(ctypes.string_at(p, 128).hex()[:32])
+    return out
+
+
+def _stand_in_kernel(family: str, layout: str, text: str, monkeypatch):
+    import torch
+
+    from cudal2.backends import cuda_launch
+    from cudal2.spec import KernelSpec
+    drv = _Driver()
+    monkeypatch.setattr(cuda_launch, "_drv", lambda: drv)
+    monkeypatch.setattr(cuda_launch, "stream_getter", lambda: (lambda i: 77))
+    # Tensor maps: a deterministic stand-in for cuTensorMapEncodeTiled.
+    monkeypatch.setattr(cuda_launch, "_encode", lambda ptr, inner, outer, bi, bo:
+                        f"{ptr:x}/{inner}/{outer}/{bi}/{bo}".encode().ljust(128, b"\0"))
+    k = object.__new__(cuda_launch.CudaKernel)
+    k.spec = KernelSpec.parse(f"backend=cuda family={family} {text}")
+    k.family, k.layout, k.device_index, k.sm_count = family, layout, 0, 4
+    k.funcs = {n: n for n in cuda_launch.KERNELS[family]}
+    k.threads, k.smem, k._ws, k._tmaps, k._binds = k.spec.warps * 32, 1024, None, {}, {}
+    k._u64 = [ctypes.c_uint64() for _ in range(4)]
+    k._i32 = [ctypes.c_int() for _ in range(3)]
+    if family == "wgmma":
+        k._maps = [(ctypes.c_ubyte * 128)() for _ in range(2)]
+        slots = k._maps + [k._u64[2]] + k._i32
+    else:
+        slots = k._u64 + k._i32
+    k._args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
+    k._red_args = (ctypes.c_void_p * 4)(*[ctypes.addressof(s) for s in (k._u64[3], k._u64[2], k._i32[0], k._i32[1])])
+    # A CPU tensor stands in for the split-K workspace (torch.empty on "cuda" is not available).
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: real_empty(*a, **{**kw, "device": "cpu"}))
+    return k, drv
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+@pytest.mark.parametrize("family,text,shape", [
+    ("mma", "bm=64 bn=64 bk=32 warps=4 stages=3", (100, 64, 96)),
+    ("mma", "bm=64 bn=64 bk=32 warps=4 stages=3", (17, 33, 40)),          # N % 8: the scalar kernel
+    ("mma", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2", (64, 64, 128)),
+    ("wgmma", "bm=128 bn=128 warps=12 stages=4", (200, 256, 128)),
+])
+def test_cuda_bind_packs_what_run_packs(monkeypatch, family, text, shape, layout):
+    import torch
+    k, drv = _stand_in_kernel(family, layout, text, monkeypatch)
+    M, N, K = shape
+    h = torch.float16
+    a, c = torch.empty(M, K, dtype=h), torch.empty(M, N, dtype=h)
+    b = torch.empty((K, N) if layout == "nn" else (N, K), dtype=h)
+    k._run(M, N, K, a, b, c, k._stream(None))
+    want = list(drv.launches)
+    drv.launches.clear()
+    f = k.bind(M, N, K)
+    assert k.bind(M, N, K) is f
+    f(a, b, c)
+    assert drv.launches == want and len(want) == (2 if "split_k=2" in text else 1)
+    # New pointers: only they change.
+    a2 = torch.empty(M, K, dtype=h)
+    drv.launches.clear()
+    f(a2, b, c)
+    got = drv.launches[0]
+    assert got[:5] == want[0][:5]
+    if family == "mma":
+        assert got[5][0] == a2.data_ptr() and got[5][1:3] == want[0][5][1:3] and got[5][4:] == [M, N, K]
+    else:
+        assert got[5][0] != want[0][5][0] and got[5][1:] == want[0][5][1:]    # a's tensor map moved
+
+
+if __name__ == "__main__" and "--worker" in sys.argv:
+    _worker()
