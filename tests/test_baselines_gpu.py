@@ -1,6 +1,7 @@
 """Baselines, clock and compare on a real GPU (skipped without one; needs nvmath-python there)."""
 import json
 import math
+from importlib import metadata
 
 import pytest
 import torch
@@ -119,7 +120,9 @@ def test_compare_cli_end_to_end(tmp_path):
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "c.json").read_text())
-    assert doc["versions"]["torch"] == torch.__version__ and len(doc["rows"]) == 2
+    # versions come from the installed distribution's metadata, which may omit the local build tag
+    # that torch.__version__ carries (the H200 image: "2.11.0" vs "2.11.0+cu130").
+    assert doc["versions"]["torch"] == metadata.version("torch") and len(doc["rows"]) == 2
     for r in doc["rows"]:
         assert r["status_cublas-tn"].startswith("unavailable")
         assert r["status_cudal2"] == "ok", r["status_cudal2"]
