@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     try:
         import triton
         meta["triton"] = triton.__version__
-        from cudal2.backends.triton import direct_unsupported
+        from cudal2.backends.triton_direct import direct_unsupported
         meta["triton_direct"] = direct_unsupported() or "on"
     except ImportError:
         pass

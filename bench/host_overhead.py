@@ -70,11 +70,17 @@ def _stub_triton():
     for fn in (tiled.tiled_kernel, tiled.splitk_reduce_kernel, persistent.persistent_kernel):
         fn.device_caches[0]          # builds the binder for "device 0" with the stand-in target
         fn.compile = fake_compile
-    from cudal2.backends import triton as tb
-    # The new direct path reads the device and stream through these (torch's CPU build has neither).
-    for name in ("_device_index", "_raw_stream"):
-        if hasattr(tb, name):
-            setattr(tb, name, (lambda *a: 0))
+    import importlib
+    # The direct path reads the device and stream through these (torch's CPU build has neither);
+    # they live in backends/triton_direct.py (in backends/triton.py on older code).
+    for modname in ("cudal2.backends.triton_direct", "cudal2.backends.triton"):
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        for name in ("_device_index", "_raw_stream"):
+            if hasattr(mod, name):
+                setattr(mod, name, (lambda *a: 0))
 
 
 class _Noop:

@@ -16,7 +16,7 @@ mode: it has -wal/-shm companions while open, so keep it out of --out). Resume: 
 with the same --store (on a fresh machine: copy a returned study.db somewhere writable and pass it as
 --store); measurements of the same profiles come from it and the study continues where it stopped.
 
-Sizing (CostModel in rl/efficiency.py, fitted to the partial H200 run; `--synthetic` prints its
+Sizing (CostModel in rl/study_model.py, fitted to the partial H200 run; `--synthetic` prints its
 figure for any setting): all 11 shapes of bench/efficiency_shapes.txt, 3 held out and 8 to train on
 (one GRPO group of 8 proposals each), 3 methods x 64 proposals per held-out shape, a 5 ms screen with
 the five checks at the shape itself, the full re-check of winners. The model puts that at ~316 s of
@@ -120,6 +120,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     from cudal2.problems import ProblemError, parse_shapes
     from cudal2.rl import efficiency as eff
+    from cudal2.rl import shared_eval, study_model
     try:
         problems = parse_shapes(a.shapes, a.layout)
         budgets = tuple(int(x) for x in a.budgets.split(","))
@@ -136,17 +137,17 @@ def main(argv=None) -> int:
     model, store, run, inner = None, None, None, None
     if a.synthetic:
         from cudal2.device import DeviceInfo
-        from cudal2.evaluate import FakeEvaluator
+        from cudal2.fake_evaluator import FakeEvaluator
         device = DeviceInfo.target("sm_90a")
-        inner = FakeEvaluator(eff.StudyStubClock(), device, early_stop=None)
-        model = eff.CostModel(workers=a.workers or 16)
+        inner = FakeEvaluator(study_model.StudyStubClock(), device, early_stop=None)
+        model = study_model.CostModel(workers=a.workers or 16)
         label, kind = "synthetic stub clock + cost model (a model, not a measurement)", "model"
         deadline = None      # the stub's seconds are not device seconds
     elif a.replay:
         from cudal2.registry import target_for_key
         from cudal2.store import Store
         with Store(a.replay) as st:
-            inner = eff.ProfiledReplay(st.measurements())
+            inner = shared_eval.ProfiledReplay(st.measurements())
         device = target_for_key(inner.device_key)
         label, kind = f"replay of {a.replay} (stored GPU measurements)", "replay"
     else:
@@ -170,8 +171,8 @@ def main(argv=None) -> int:
         store = Store(store_path)
         run = store.new_run({"command": "search_efficiency", **vars(a)}, device=device.key,
                             versions=getattr(inner, "versions", {}))
-    shared = eff.SharedEvaluator(inner, store=store, run_id=run, device_key=device.key, deadline=deadline,
-                                 cost_model=model)
+    shared = shared_eval.SharedEvaluator(inner, store=store, run_id=run, device_key=device.key,
+                                         deadline=deadline, cost_model=model)
     shared.add_profile("screen", **screen)
     shared.add_profile("full", **full)
     log(f"{label}: train {len(train)} x {a.train_budget}, test {len(test)} x {len(eff.METHODS)} methods x "
@@ -217,7 +218,7 @@ def main(argv=None) -> int:
         log(f"progress written: {len(res['rows'])} test shapes done")
 
     def on_term(signum, frame):   # `timeout` sends SIGTERM: stop like at the time limit, write what there is
-        raise eff.StudyDeadline(f"signal {signum}")
+        raise shared_eval.StudyDeadline(f"signal {signum}")
     old_term = signal.signal(signal.SIGTERM, on_term)
 
     res = None

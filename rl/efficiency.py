@@ -26,32 +26,30 @@ batch, the rest from a least-squares fit over the 25 gaps between batches):
           problem preparation, policy steps (~0.2 s a group), IPC.
 So the study screens (`screen` profile: the checks at the problem's own shape without `edges`,
 10 ms of timing, no early stop, inputs drawn on the GPU) and re-checks only the winners in full
-(`full` profile: all six checks, 100 ms); measurements are shared across methods (`SharedEvaluator`:
-a (spec, problem, profile) measured once, by any method or a previous run on the same store, is reused,
-and still counts as one proposal of the method's budget); the random and fixed lists do not depend on
-results, so they are evaluated in batches of `baseline_group` and compiled ahead (`prefetch`) in a
-lower-priority pool while the GPU works on training and the other methods.
+(`full` profile: all six checks, 100 ms); measurements are shared across methods (`SharedEvaluator`
+in rl/shared_eval.py: a (spec, problem, profile) measured once, by any method or a previous run on
+the same store, is reused, and still counts as one proposal of the method's budget); the random and
+fixed lists do not depend on results, so they are evaluated in batches of `baseline_group` and
+compiled ahead (`prefetch`) in a lower-priority pool while the GPU works on training and the other
+methods.
 
-`CostModel` puts those figures into numbers; `--synthetic` runs the whole study on a stub clock and
-charges the model for every evaluator call, which is how the default study was sized to one 420 s call
-(bench/search_efficiency.py says the figures). Early stop is off in both profiles: with it, whether a
-kernel is "slow" depends on what was measured before it, and a measurement shared between methods
-would depend on the order they ran in.
+`CostModel` (rl/study_model.py) puts those figures into numbers; `--synthetic` runs the whole study
+on a stub clock and charges the model for every evaluator call, which is how the default study was
+sized to one 420 s call (bench/search_efficiency.py says the figures). Early stop is off in both
+profiles: with it, whether a kernel is "slow" depends on what was measured before it, and a
+measurement shared between methods would depend on the order they ran in.
 
 Runs against a GPU evaluator (cudal2.evaluate), a replay of a store, or the stub clock on a CPU.
-`synthetic_measurements` / `StubClock` are a model with a planted structure (so a test can tell
-learning from luck), never a result to report.
+`synthetic_measurements` / `StubClock` (rl/study_model.py) are a model with a planted structure (so
+a test can tell learning from luck), never a result to report.
 """
 from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import math
 import random
 import time
-from collections import defaultdict
-from dataclasses import asdict, dataclass
 
 import torch
 
@@ -63,14 +61,10 @@ from .grpo import GRPOConfig
 from .policy import SpecPolicy, UniformPolicy
 from .reward import speedup
 from .search import FixedListPolicy, Search
+from .shared_eval import COUNTS, SharedEvaluator, StudyDeadline, shared_evaluator
 
 BUDGETS = (8, 16, 32, 64)
 METHODS = ("policy", "random", "fixed")
-SCREEN_CHECKS = ("random", "exact", "poison", "guard", "fresh")
-ALL_CHECKS = ("random", "exact", "poison", "guard", "fresh", "edges")
-# Profile defaults: the screen every method's proposals go through, and the full PROTOCOL pass of winners.
-SCREEN = {"checks": SCREEN_CHECKS, "min_ms": 10.0, "min_calls": 30, "warmup": 3, "early_stop": None}
-FULL = {"checks": ALL_CHECKS, "min_ms": 100.0, "min_calls": 30, "warmup": 3, "early_stop": None}
 
 
 def split(problems: list[Problem], n_train: int, n_test: int, seed: int = 0) -> tuple[list, list]:
@@ -107,202 +101,6 @@ def random_list(problem: Problem, device, n: int, seed: int = 0, backends=None, 
 
 def fixed_list(problem: Problem, device, n: int, backends=None) -> list:
     return FixedListPolicy.candidates(problem, device, backends)[:n]
-
-
-# ---- one evaluator, one cache, every method -----------------------------------------------------------
-class StudyDeadline(Exception):
-    """The study's time limit came before this evaluation (the store keeps everything before it)."""
-
-
-_COUNTS = ("proposals", "unique", "reused", "resumed")
-
-
-def _blank() -> dict:
-    return {"proposals": 0, "unique": 0, "reused": 0, "resumed": 0, "eval_s": 0.0, "modeled_s": 0.0,
-            "phase_s": defaultdict(float)}
-
-
-class SharedEvaluator:
-    """Every method of the study evaluates through this: one inner evaluator (GPU, stub or replay),
-    named profiles (`screen`, `full`), and one cache of measurements keyed by (profile, problem, spec).
-
-    A spec already measured under that profile - by another method, in training, or by an earlier run
-    on the same store (rows whose meta.profile.sig matches: same checks, timing knobs, baselines and
-    seed) - comes from the cache and is not evaluated again; the method asking still spends one
-    proposal of its budget on it. Accounting per (tag, problem): proposals, unique (inner
-    evaluations: the GPU cost), reused (measured earlier in this run), resumed (from the store),
-    evaluator wall seconds and their phases. `view(tag, profile)` is what a method is handed."""
-
-    def __init__(self, inner, *, store=None, run_id=None, device_key: str | None = None,
-                 deadline: float | None = None, cost_model: "CostModel | None" = None):
-        self.inner, self.store, self.run_id = inner, store, run_id
-        self.device_key = device_key or getattr(inner, "device_key", None) or inner.device.key
-        self.deadline = deadline                   # time.monotonic() value
-        self.model = cost_model
-        self.profiles: dict[str, dict] = {}
-        self.cache: dict[tuple[str, str, str], Measurement] = {}
-        self._origin: dict[tuple[str, str, str], str] = {}      # key -> "run" | "store"
-        self._loaded: set[tuple[str, str]] = set()
-        self._ahead: set[tuple[str, str]] = set()               # (problem, spec) compiled ahead
-        self._last_problem: str | None = None
-        self.acct: dict[tuple[str, str], dict] = defaultdict(_blank)
-        self.model_s = {"start": cost_model.start_s if cost_model else 0.0}
-
-    # ---- profiles ---------------------------------------------------------------------------------
-    def add_profile(self, name: str, **cfg) -> dict:
-        if hasattr(self.inner, "add_profile"):
-            conf = self.inner.add_profile(name, **cfg)
-        else:   # replay: what was stored is what comes back
-            conf = {"replay": name, **{k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}}
-        sig = hashlib.sha256(json.dumps(conf, sort_keys=True, default=str).encode()).hexdigest()[:16]
-        self.profiles[name] = {"config": conf, "sig": sig}
-        return self.profiles[name]
-
-    def view(self, tag: str, profile: str = "screen") -> "_View":
-        if profile not in self.profiles:
-            raise ValueError(f"unknown profile {profile!r}; add_profile first")
-        return _View(self, tag, profile)
-
-    # ---- the cache --------------------------------------------------------------------------------
-    def _load(self, problem: Problem, profile: str) -> None:
-        if self.store is None or (profile, problem.text) in self._loaded:
-            return
-        self._loaded.add((profile, problem.text))
-        sig = self.profiles[profile]["sig"]
-        for m in self.store.measurements(problem=problem.text, device=self.device_key):
-            if (m.meta.get("profile") or {}).get("sig") == sig:
-                key = (profile, problem.text, m.spec)
-                self.cache[key] = m               # the latest row of a key wins
-                self._origin[key] = "store"
-
-    def known(self, problem: Problem, spec_text: str, profile: str = "screen") -> Measurement | None:
-        self._load(problem, profile)
-        return self.cache.get((profile, problem.text, spec_text))
-
-    def prefetch(self, problem: Problem, specs, profile: str = "screen") -> int:
-        """Compile ahead the specs not measured yet (where the inner evaluator can)."""
-        fn = getattr(self.inner, "prefetch", None)
-        if fn is None:
-            return 0
-        todo = [s for s in specs if self.known(problem, s.text, profile) is None]
-        self._ahead |= {(problem.text, s.text) for s in todo}
-        return fn(problem, todo)
-
-    def evaluate(self, problem: Problem, specs, *, tag: str, profile: str) -> list[Measurement | None]:
-        self._load(problem, profile)
-        a = self.acct[(tag, problem.text)]
-        texts = [s.text if hasattr(s, "text") else str(s) for s in specs]
-        a["proposals"] += len(texts)
-        todo, seen = [], set()
-        for s, t in zip(specs, texts):
-            key = (profile, problem.text, t)
-            if key in self.cache:
-                a["resumed" if self._origin.get(key) == "store" else "reused"] += 1
-            elif t not in seen:
-                seen.add(t)
-                todo.append(s)
-        if todo:
-            if self.deadline is not None and time.monotonic() > self.deadline:
-                raise StudyDeadline(f"time limit reached before evaluating {len(todo)} specs on {problem}")
-            phases0 = dict(getattr(self.inner, "phase_s", {}) or {})
-            t0 = time.perf_counter()
-            if hasattr(self.inner, "add_profile"):
-                fresh = self.inner.evaluate(problem, todo, profile=profile)
-            else:
-                fresh = self.inner.evaluate(problem, todo)
-            a["eval_s"] += time.perf_counter() - t0
-            for k, v in (getattr(self.inner, "phase_s", {}) or {}).items():
-                a["phase_s"][k] += v - phases0.get(k, 0.0)
-            prof = {"name": profile, "sig": self.profiles[profile]["sig"]}
-            new = []
-            for s, m in zip(todo, fresh):
-                if m is None:
-                    continue              # replay: nothing measured near it
-                m.meta = {**m.meta, "profile": prof, "tag": tag}
-                key = (profile, problem.text, s.text if hasattr(s, "text") else str(s))
-                self.cache[key] = m
-                self._origin[key] = "run"
-                new.append(m)
-            a["unique"] += len(new)
-            if new and self.store is not None:
-                self.store.add([_copy(m) for m in new], run_id=self.run_id)   # one transaction per call
-            if self.model is not None:
-                ahead = sum((problem.text, m.spec) in self._ahead for m in new)
-                s = self.model.call_s(problem, new, self.profiles[profile]["config"],
-                                      switched=problem.text != self._last_problem, ahead=ahead,
-                                      group_step=tag in ("train", "policy"))
-                a["modeled_s"] += s
-            self._last_problem = problem.text
-        return [_copy(self.cache[(profile, problem.text, t)]) if (profile, problem.text, t) in self.cache else None
-                for t in texts]
-
-    # ---- reports ----------------------------------------------------------------------------------
-    def totals(self, tag: str | None = None, problem: str | None = None) -> dict:
-        out = _blank()
-        for (t, p), a in self.acct.items():
-            if (tag is None or t == tag) and (problem is None or p == problem):
-                for k in (*_COUNTS, "eval_s", "modeled_s"):
-                    out[k] += a[k]
-                for k, v in a["phase_s"].items():
-                    out["phase_s"][k] += v
-        out["eval_s"] = round(out["eval_s"], 3)
-        out["modeled_s"] = round(out["modeled_s"], 3)
-        out["phase_s"] = {k: round(v, 3) for k, v in out["phase_s"].items()}
-        return out
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class _View:
-    """The evaluator interface (evaluate, device_key) for one method (tag) under one profile."""
-
-    def __init__(self, shared: SharedEvaluator, tag: str, profile: str):
-        self.shared, self.tag, self.profile = shared, tag, profile
-        self.device_key = shared.device_key
-
-    def evaluate(self, problem: Problem, specs) -> list[Measurement | None]:
-        return self.shared.evaluate(problem, specs, tag=self.tag, profile=self.profile)
-
-
-def _copy(m: Measurement) -> Measurement:
-    c = copy.copy(m)
-    c.meta = dict(m.meta)
-    return c
-
-
-class ProfiledReplay:
-    """Replay for the study: `full` answers from the rows a study stored under its full profile
-    (falling back to every row), the other profiles from the rest."""
-
-    replay = True
-
-    def __init__(self, rows: list[Measurement], device_key: str | None = None):
-        from .replay import ReplayEvaluator
-        full = [m for m in rows if (m.meta.get("profile") or {}).get("name") == "full"]
-        rest = [m for m in rows if (m.meta.get("profile") or {}).get("name") != "full"] or rows
-        self.screen = ReplayEvaluator(rest, device_key=device_key)
-        self.full = ReplayEvaluator(full, device_key=self.screen.device_key) if full else self.screen
-        self.device_key = self.screen.device_key
-
-    def add_profile(self, name: str, **cfg) -> dict:
-        return {"replay": name, **{k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}}
-
-    def evaluate(self, problem, specs, profile: str = "screen"):
-        return (self.full if profile == "full" else self.screen).evaluate(problem, specs)
-
-    def close(self) -> None:
-        pass
-
-
-def shared_evaluator(evaluator, *, screen: dict | None = None, full: dict | None = None, **kw) -> SharedEvaluator:
-    """Wrap an evaluator with the study's two profiles (defaults SCREEN and FULL)."""
-    if isinstance(evaluator, SharedEvaluator):
-        return evaluator
-    ev = SharedEvaluator(evaluator, **kw)
-    ev.add_profile("screen", **(screen or SCREEN))
-    ev.add_profile("full", **(full or FULL))
-    return ev
 
 
 # ---- the methods ----------------------------------------------------------------------------------------
@@ -384,7 +182,7 @@ def recheck(view, problem: Problem, evaluated: dict[str, list[Measurement]], bud
 
 def _cost(shared: SharedEvaluator, tag: str, problem: str) -> dict:
     t = shared.totals(tag, problem)
-    return {k: t[k] for k in (*_COUNTS, "eval_s", "modeled_s")} | {"phase_s": t["phase_s"]}
+    return {k: t[k] for k in (*COUNTS, "eval_s", "modeled_s")} | {"phase_s": t["phase_s"]}
 
 
 def measure_shape(p: Problem, trained, shared: SharedEvaluator, device, lists: dict, *, budgets, group: int,
@@ -549,122 +347,3 @@ def markdown(result: dict) -> str:
             lines.append(f"| {r['problem']} | " + " | ".join(f"{r[m][lo]:.3f} / {r[m][hi]:.3f}" for m in METHODS)
                          + f" | {r['cost']['unique']} | {r['cost']['modeled_s' if model else 'evaluator_s']:.1f} |")
     return "\n".join(lines)
-
-
-# ---- the cost model ------------------------------------------------------------------------------------
-@dataclass
-class CostModel:
-    """Seconds of device wall time per evaluator call, from the partial H200 run (module docstring).
-
-    compile   sum of per-spec CPU seconds (cuda / triton) / min(n, workers) + the slowest one's tail;
-              specs compiled ahead (prefetch) cost nothing here (they ran while the GPU worked)
-    check     per candidate that reaches the checker: base (cuda / triton) + an extra where the
-              checks include edges (Triton: a JIT compile per edge specialisation in the GPU worker)
-    time      per timed function (candidates that passed + the baselines that serve the layout):
-              (warmup + 3 probe + n) x max(host_us, t) with n = max(min_calls, 1.1 min_ms / t)
-    prepare   per problem switch (inputs drawn on the GPU, reference, baselines checked)
-    group     the policy's sampling and GRPO step per group (train and policy calls)
-    """
-    start_s: float = 30.0             # python + torch imports, GPU worker start, pools' first imports
-    finish_s: float = 5.0             # closing the worker and pools, writing the outputs
-    workers: int = 16
-    compile_cuda_s: float = 1.0
-    compile_triton_s: float = 1.5
-    compile_tail_s: float = 0.5
-    check_cuda_s: float = 0.05
-    check_triton_s: float = 0.25
-    edges_cuda_s: float = 0.05
-    edges_triton_s: float = 1.3
-    host_us: float = 42.0
-    min_kernel_us: float = 5.0        # no H200 GEMM runs faster (64^3: 5.1 us); the stub clock's can
-    prepare_s: float = 1.0
-    call_s_fixed: float = 0.2         # IPC, synchronisation, the store's transaction
-    group_s: float = 0.3
-    baselines: int = 4                # of the five, the ones serving one layout (cublas-nn xor -tn)
-
-    def _fn_s(self, t_us: float, conf: dict) -> float:
-        t = max(float(t_us or 0.0), self.min_kernel_us)
-        n = max(int(conf.get("min_calls", 30)), math.ceil(1.1 * float(conf.get("min_ms", 100.0)) * 1000.0 / t))
-        return (int(conf.get("warmup", 3)) + 3 + n) * max(self.host_us, t) * 1e-6
-
-    def call_s(self, problem: Problem, ms: list[Measurement], conf: dict, *, switched: bool, ahead: int = 0,
-               group_step: bool = False) -> float:
-        fresh = [m for m in ms if m.status != "invalid" and not m.reason.startswith("duplicate binary")]
-        tri = [m.spec.startswith("backend=triton") for m in fresh]
-        cpu = sum(self.compile_triton_s if t else self.compile_cuda_s for t in tri)
-        n_c = max(len(fresh) - ahead, 0)
-        cpu *= n_c / max(len(fresh), 1)
-        compile_s = (cpu / min(n_c, self.workers) + self.compile_tail_s) if n_c else 0.0
-        edges = "edges" in conf.get("checks", ())
-        checked = [t for m, t in zip(fresh, tri) if m.status != "compile_error"]
-        check_s = sum((self.check_triton_s + (self.edges_triton_s if edges else 0.0)) if t
-                      else (self.check_cuda_s + (self.edges_cuda_s if edges else 0.0)) for t in checked)
-        ok = [m for m in fresh if m.status == "ok" and m.time_us]
-        base_us = next((m.best_cublas_us for m in ms if m.best_cublas_us), None) or (problem.flops / 7e8 + 4.0)
-        time_s = 0.0
-        if ok:
-            time_s = sum(self._fn_s(m.time_us, conf) for m in ok) + self.baselines * self._fn_s(base_us, conf)
-        return (self.prepare_s if switched else 0.0) + compile_s + check_s + time_s + self.call_s_fixed \
-            + (self.group_s if group_step else 0.0)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# ---- a stub clock with planted structure (tests and dry runs only) -----------------------------------
-def _jitter(text: str) -> float:
-    h = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return 1.0 + 0.04 * (h - 0.5)        # +-2%, a deterministic function of (spec, problem)
-
-
-class StubClock:
-    """A FakeEvaluator clock with planted structure: small problems (M*N <= 2^18) favour cuda/mma
-    with small tiles; large ones cuda/wgmma and triton/persistent with large tiles; tile waste on
-    ragged edges costs; stages near 4 are best; mma with split_k = 8 computes wrong results;
-    rings of 6 stages of 128x256 tiles fail to compile. best-cuBLAS is 1.05x the ideal time."""
-
-    def __call__(self, spec, p: Problem) -> float:
-        from cudal2.backends.base import CompileError
-        from cudal2.measurement import WrongResult
-        if spec.family == "mma" and spec.split_k == 8:
-            raise WrongResult("stub clock: planted split-K race")
-        if spec.stages >= 6 and spec.bm * spec.bn >= 128 * 256:
-            raise CompileError("stub clock: planted ptxas failure")
-        small = p.M * p.N <= 1 << 18
-        fam = ({"mma": 1.0, "tiled": 1.25, "persistent": 1.5, "wgmma": 1.7} if small
-               else {"wgmma": 1.0, "persistent": 1.05, "tiled": 1.3, "mma": 1.6})[spec.family]
-        waste = (math.ceil(p.M / spec.bm) * spec.bm * math.ceil(p.N / spec.bn) * spec.bn) / (p.M * p.N)
-        size = (spec.bm * spec.bn / (128 * 128)) ** (0.15 if small else -0.15)
-        return self.ideal(p) * fam * waste * size * (1 + 0.05 * abs(spec.stages - 4)) * _jitter(spec.text + p.text)
-
-    @staticmethod
-    def ideal(p: Problem) -> float:
-        return p.flops / 7e8 + 3.0                      # ~700 TFLOP/s plus a 3 us launch
-
-    def baselines(self, p: Problem) -> dict[str, float]:
-        return {"torch": 1.08 * self.ideal(p), "cublas-nn": 1.05 * self.ideal(p)}
-
-
-class StudyStubClock(StubClock):
-    """StubClock plus a planted failure that only the full check finds: ~10% of specs (by a hash of
-    spec and problem) compute wrong results off the tile grid, so they pass the screen (no edges) and
-    fail the re-check; the study's fallback to the next screened candidate runs on it."""
-
-    def fails(self, spec, p: Problem, checks) -> str | None:
-        if "edges" in checks and _jitter("edges|" + spec.text + p.text) < 0.984:
-            return "edges: stub clock: planted wrong result off the tile grid"
-        return None
-
-
-def synthetic_measurements(problems: list[Problem], device, n_specs: int = 200, seed: int = 0,
-                           clock=None) -> list[Measurement]:
-    """n_specs uniformly sampled valid specs per problem, measured by a FakeEvaluator on `clock`
-    (StubClock by default); early stop is off so every correct spec gets its time."""
-    from cudal2.evaluate import FakeEvaluator
-    ev = FakeEvaluator(clock or StubClock(), device, early_stop=None)
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for p in problems:
-        specs = list({x.spec.text: x.spec for x in UniformPolicy().sample(p, device, n_specs, generator=gen)}.values())
-        out += ev.evaluate(p, specs)
-    return out

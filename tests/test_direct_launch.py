@@ -66,9 +66,9 @@ def _stub():
     # None (no CUDA stream), the direct path by the raw stream; on a card both use the same int.
     ws = tiled.workspace
     tiled.workspace = lambda numel, device, stream_key=None: ws(numel, device, None)
-    from cudal2.backends import triton as tb
-    tb._device_index = lambda: 0
-    tb._raw_stream = lambda i: 5
+    from cudal2.backends import triton_direct as td
+    td._device_index = lambda: 0
+    td._raw_stream = lambda i: 5
     return launches
 
 
@@ -89,6 +89,7 @@ def _worker() -> None:
 
     from cudal2 import ops
     from cudal2.backends import triton as tb
+    from cudal2.backends import triton_direct as td
     from cudal2.backends.base import Artifact
     from cudal2.device import DeviceInfo
     from cudal2.problems import Problem
@@ -96,7 +97,7 @@ def _worker() -> None:
 
     dev = DeviceInfo.target("sm_90a")
     h = torch.float16
-    out = {"probe": tb.direct_unsupported()}
+    out = {"probe": td.direct_unsupported()}
     cases = [("tiled", "family=tiled bm=32 bn=32 bk=16 warps=2 stages=2 group_m=4", [(100, 17, 300), (1, 48, 64)]),
              ("tiled-sk2", "family=tiled bm=32 bn=32 bk=16 warps=2 stages=2 split_k=2", [(17, 100, 40), (64, 64, 64)]),
              ("persistent", "family=persistent bm=64 bn=64 bk=32 warps=4 stages=2 subtile=2", [(100, 48, 72), (1, 64, 64)])]
@@ -178,7 +179,6 @@ def _worker() -> None:
 def reports() -> dict:
     env = {**os.environ}
     env.pop("TRITON_INTERPRET", None)
-    env.pop("CUDAL2_TRITON_DIRECT", None)
     r = subprocess.run([sys.executable, str(HERE), "--worker"], env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
@@ -245,12 +245,26 @@ def test_bound_plan_launches_on_its_tensors(reports):
     assert s["paths"] == [["idle", "idle"], ["none", "none"], ["none", "none"]]   # JIT, direct, direct
 
 
-def test_env_switch_and_foreign_source_disable_direct(monkeypatch):
+def test_set_direct_launch_switches_direct_off_and_on(monkeypatch):
     from cudal2.backends import triton as tb
-    monkeypatch.setenv("CUDAL2_TRITON_DIRECT", "0")
-    assert tb._probe_direct() == "CUDAL2_TRITON_DIRECT=0"
-    monkeypatch.delenv("CUDAL2_TRITON_DIRECT")
-    assert tb._probe_direct() is None
+    from cudal2.backends import triton_direct as td
+    from cudal2.backends.base import Artifact
+    from cudal2.device import DeviceInfo
+    from cudal2.problems import Problem
+    from cudal2.spec import KernelSpec
+    monkeypatch.setattr(td, "_ENABLED", True)       # restored after the test
+    assert td._probe_direct() is None
+    td.set_direct_launch(False)
+    assert td.direct_unsupported() == "disabled by set_direct_launch(False)"
+    spec, p = KernelSpec.parse("family=tiled bm=32 bn=32 bk=16 warps=2 stages=2"), Problem(64, 64, 64)
+    dev = DeviceInfo.target("sm_90a").to_dict()
+    art = Artifact("triton", spec, tb.render(spec, p), b"", {"layout": "nn", "device": dev})
+    k = tb.load(art)                                  # loaded while off: every call through the JIT
+    assert k.direct_why == "disabled by set_direct_launch(False)"
+    assert k.direct_status(64, 64, 64) == "jit: disabled by set_direct_launch(False)"
+    td.set_direct_launch(True)
+    assert td.direct_unsupported() is None           # the probe's answer again
+    assert tb.load(art).direct_why is None
 
 
 # ---- CUDA: bind packs what _run packs -------------------------------------------------------------

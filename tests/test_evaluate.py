@@ -12,8 +12,9 @@ import pytest
 
 from cudal2.backends.base import Artifact, CompileError
 from cudal2.device import DeviceInfo
-from cudal2.evaluate import (DEFAULT_BASELINES, Evaluator, EvaluatorError, FakeEvaluator, KernelCrash,
-                             Measurement, WrongResult, make_evaluator)
+from cudal2.evaluate import (DEFAULT_BASELINES, Evaluator, EvaluatorError, KernelCrash, Measurement, WrongResult,
+                             make_evaluator)
+from cudal2.fake_evaluator import FakeEvaluator
 from cudal2.gpu_worker import HashClock, clock_compile, standin
 from cudal2.problems import Problem
 from cudal2.spec import KernelSpec, SpecError, default_spec, validate

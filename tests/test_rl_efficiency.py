@@ -2,11 +2,12 @@
 import pytest
 
 from cudal2.problems import Problem
-from cudal2.rl.efficiency import geomean, markdown, split, study, synthetic_measurements
+from cudal2.rl.efficiency import geomean, markdown, split, study
 from cudal2.rl.policy import UniformPolicy
 from cudal2.rl.replay import ReplayEvaluator
 from cudal2.rl.reward import speedup
 from cudal2.rl.search import FixedListPolicy, Search
+from cudal2.rl.study_model import synthetic_measurements
 from cudal2.spec import validate
 
 SHAPES = [Problem(64, 256, 512), Problem(2048, 1024, 1024), Problem(128, 128, 4096), Problem(4096, 4096, 256),
@@ -55,8 +56,10 @@ def test_study_reports_every_method_and_budget(ev, hopper):
 
 
 # ---- sharing, re-check, deadline, the whole study as the device runs it (stub clock) ------------------
-from cudal2.evaluate import FakeEvaluator                                    # noqa: E402
-from cudal2.rl.efficiency import StubClock, StudyDeadline, StudyStubClock, recheck, shared_evaluator  # noqa: E402
+from cudal2.fake_evaluator import FakeEvaluator                             # noqa: E402
+from cudal2.rl.efficiency import recheck                                    # noqa: E402
+from cudal2.rl.shared_eval import StudyDeadline, shared_evaluator          # noqa: E402
+from cudal2.rl.study_model import StubClock, StudyStubClock                 # noqa: E402
 from cudal2.store import Store                                               # noqa: E402
 
 

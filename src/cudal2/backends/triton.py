@@ -12,7 +12,7 @@ compile  validates the spec (an invalid spec never reaches Triton), then, unless
 load     a TritonKernel: every constexpr dict and launch option is fixed in __init__; a call checks
          its inputs cheaply (`unchecked` skips that, `bind(M, N, K)` also fixes the size, for
          cudal2.ops' plans). The first launch of a size goes through the family's `launch` and the
-         JIT; later ones call the compiled kernel's launcher directly (see "the direct launch").
+         JIT; later ones call the compiled kernel's launcher directly (backends/triton_direct.py).
 
 Interpreter mode is read once, at import, from TRITON_INTERPRET (`cudal2 check --interpret` sets
 it before this module is imported): Triton decides then whether @triton.jit makes a compiled or an
@@ -33,11 +33,11 @@ from pathlib import Path
 
 import torch
 import triton
-from triton import knobs as _triton_knobs
 
 from ..device import DeviceInfo
 from ..problems import Problem
 from ..spec import KernelSpec, SpecError, is_valid, validate
+from . import triton_direct as _direct
 from .base import Artifact, CompileError
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -230,128 +230,11 @@ def compile(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact:
     return art
 
 
-# ---- the direct launch -------------------------------------------------------------------------------
-# JITFunction.run (triton 3.6 and 3.9 alike) ends a launch with
-#     kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata,
-#                launch_metadata, launch_enter_hook, launch_exit_hook, *bound_args.values())
-# and spends ~15-25 µs of Python before it on every call: binding and specialising every argument,
-# the cache key, the cache lookup, the global-value check, launch_metadata. After the first launch of
-# a problem size through the JIT, TritonKernel makes that same last call itself, with the compiled
-# kernel the JIT holds for those arguments (a "record"). Why that is the same launch:
-#  - the arguments differ from call to call only in the data pointers. Every int and constexpr follows
-#    from (M, N, K), the layout and the spec (strides are those of contiguous tensors), so one record
-#    per (M, N, K) fixes the specialisation of every int (== 1 is a constexpr, % 16, i32 or i64);
-#  - pointers are specialised on 16-byte alignment: records are made from aligned pointers only, and
-#    a call takes the direct path only when all its pointers are aligned; any other call goes
-#    through the JIT, which picks or compiles the variant that fits;
-#  - records are per device, as the JIT's caches are (a function handle belongs to one context);
-#  - launch hooks (knobs.runtime.launch_enter_hook / launch_exit_hook, e.g. a profiler) or a stages
-#    inspection hook: the direct path passes no hooks, so while one is set every call uses the JIT;
-#  - a JITFunction with pre-run hooks or used global values is never recorded (the JIT checks them
-#    per call);
-#  - what the JIT reads per call from Triton's knobs into the cache key (TRITON_DEBUG, the
-#    instrumentation / fpsan modes) is read once, when the record is made: changing those in the
-#    middle of a process does not reach sizes already recorded.
-# The record is made with `fn.warmup(...)` on the same arguments the direct path passes (a cache hit
-# after the launch: no compile), so the direct path and the JIT agree on the kernel by construction;
-# tests/test_direct_launch.py checks on the CPU (a stand-in driver under the real JIT) that both
-# paths hand the launcher the same kernel, grid, stream and arguments, and tests/test_direct_gpu.py
-# that the two give bit-identical results on a card.
-# Where the JIT does not end its launch that way (another Triton), the interpreter, or
-# CUDAL2_TRITON_DIRECT=0, every call goes through the JIT as before.
-_DIRECT_PROBE: list = []
-_MULTI = False             # more than one visible GPU: records and streams per current device
-_MULTI_READ = False
+# ---- load --------------------------------------------------------------------------------------------
+# A size's launches after its first go direct: backends/triton_direct.py ("the direct launch").
 _MAX_BINDS = 256           # problem sizes bound per kernel before the table is reset
 
 
-def direct_unsupported() -> str | None:
-    """None if this process can launch compiled Triton kernels directly, else the reason."""
-    if not _DIRECT_PROBE:
-        _DIRECT_PROBE.append(_probe_direct())
-    return _DIRECT_PROBE[0]
-
-
-def _probe_direct() -> str | None:
-    if INTERPRET:
-        return "the Triton interpreter"
-    if os.environ.get("CUDAL2_TRITON_DIRECT", "1").strip() in ("0", ""):
-        return "CUDAL2_TRITON_DIRECT=0"
-    try:
-        from triton import knobs
-        from triton.compiler import CompiledKernel
-        from triton.runtime.jit import JITFunction
-        src = "".join(inspect.getsource(JITFunction.run).split())
-    except Exception as e:  # noqa: BLE001 - any failure means: use the JIT
-        return f"cannot read triton's JITFunction.run ({type(e).__name__})"
-    want = ("kernel.run(grid_0,grid_1,grid_2,stream,kernel.function,kernel.packed_metadata,launch_metadata,"
-            "knobs.runtime.launch_enter_hook,knobs.runtime.launch_exit_hook,*bound_args.values())")
-    if want not in src:
-        return f"triton {triton.__version__}'s JITFunction.run launches differently"
-    if not (hasattr(CompiledKernel, "run") and hasattr(JITFunction, "warmup")
-            and hasattr(knobs.runtime, "launch_enter_hook") and hasattr(knobs.runtime, "launch_exit_hook")):
-        return f"triton {triton.__version__} lacks CompiledKernel.run / JITFunction.warmup / launch hooks"
-    return None
-
-
-def _hook_idle(h) -> bool:
-    # triton 3.6 / 3.9 hold a HookChain (never None); a hook is installed when its list is non-empty.
-    return h is None or (getattr(h, "calls", None) == [])
-
-
-def _hooks_idle() -> bool:
-    rt = _triton_knobs.runtime
-    return (_hook_idle(rt.launch_enter_hook) and _hook_idle(rt.launch_exit_hook)
-            and getattr(rt, "add_stages_inspection_hook", None) is None)
-
-
-def _device_index() -> int:
-    """torch's current device index. Replaces itself with torch's getter on first use, so the
-    launchers' per-call global lookup finds the C function directly."""
-    global _device_index
-    from .base import device_getter
-    _device_index = device_getter()
-    return _device_index()
-
-
-def _raw_stream(index: int) -> int:
-    """The raw handle of torch's current stream on device `index` (replaces itself, as above)."""
-    global _raw_stream
-    from .base import stream_getter
-    _raw_stream = stream_getter()
-    return _raw_stream(index)
-
-
-def _multi() -> bool:
-    global _MULTI, _MULTI_READ
-    if not _MULTI_READ:
-        _MULTI = torch.cuda.device_count() > 1 if torch.cuda.is_available() else False
-        _MULTI_READ = True
-    return _MULTI
-
-
-def _record(fn, ptrs: list, ints: dict, cex: dict, opts: dict, grid: tuple):
-    """(run, function, packed_metadata, g0, g1, g2, tail, kernel) for launching `fn` directly with
-    the JIT's own compiled kernel for these arguments, or a str: why not. `ptrs` are the pointer
-    arguments (tensors) in order, `ints` the other runtime arguments by name, `cex` the constexprs."""
-    if fn.pre_run_hooks or fn.used_global_vals:
-        return f"{fn.__name__} has pre-run hooks or used global values (the JIT checks them per call)"
-    names = fn.arg_names
-    vals = {**ints, **cex}
-    if len(names) != len(ptrs) + len(vals) or any(n not in vals for n in names[len(ptrs):]):
-        return f"{fn.__name__}'s parameters {names} are not the ones the direct path passes"
-    k = fn.warmup(*ptrs, grid=grid, **vals, **opts)
-    if hasattr(k, "result"):          # an async-compile future (triton 3.6 with async mode on)
-        k = k.result()
-    run = k.run                       # loads the module on first use, sets k.function
-    if getattr(k, "function", None) is None or not hasattr(k, "packed_metadata"):
-        return "the compiled kernel has no function handle / packed metadata"
-    g = tuple(grid) + (1, 1)
-    tail = tuple(vals[n] for n in names[len(ptrs):])
-    return (run, k.function, k.packed_metadata, g[0], g[1], g[2], tail, k)
-
-
-# ---- load --------------------------------------------------------------------------------------------
 class TritonKernel:
     """Kernel(a, b, c, stream=None) for one spec and layout; serves every problem it supports."""
 
@@ -367,7 +250,7 @@ class TritonKernel:
         self._nt = self.layout == "nt"
         self._binds: dict = {}          # (M, N, K) -> bound launch
         self._no_direct: dict = {}      # (M, N, K) -> why that size always uses the JIT
-        why = direct_unsupported()
+        why = _direct.direct_unsupported()
         if why is None and self._mod is not _family_module(self.spec.family):
             # The direct path mirrors the installed family's `launch`; a stored text that differs
             # from it (an older rendering) keeps its own launch through the JIT.
@@ -412,7 +295,7 @@ class TritonKernel:
     def bind(self, M: int, N: int, K: int):
         """f(a, b, c): the launch for problem size (M, N, K) (contract: backends/base.py). The first
         call (per device) goes through the JIT; later ones with 16-byte aligned pointers launch the
-        compiled kernel directly (see "the direct launch" above)."""
+        compiled kernel directly (backends/triton_direct.py)."""
         key = (M, N, K)
         f = self._binds.get(key)
         if f is None:
@@ -480,15 +363,15 @@ class TritonKernel:
             jit(a2, b, c2)
             if records is None or dev in records or (M, N, K) in self._no_direct:
                 return
-            if (a.data_ptr() | b.data_ptr() | c.data_ptr()) & 15 or not _hooks_idle():
+            if (a.data_ptr() | b.data_ptr() | c.data_ptr()) & 15 or not _direct._hooks_idle():
                 return
             ws = None
             if not self._persistent and self._cex["SPLIT_K"] > 1:
-                ws = self._mod.workspace(self._cex["SPLIT_K"] * M * N, c.device, _raw_stream(dev))
+                ws = self._mod.workspace(self._cex["SPLIT_K"] * M * N, c.device, _direct._raw_stream(dev))
             recs = []
             try:
                 for fn, ptrs, ints, cex, opts, grid in self._calls(M, N, K, a2, b, c2, ws):
-                    r = _record(fn, ptrs, ints, cex, opts, grid)
+                    r = _direct._record(fn, ptrs, ints, cex, opts, grid)
                     if isinstance(r, str):
                         self._no_direct[(M, N, K)] = r
                         return
@@ -504,65 +387,12 @@ class TritonKernel:
             return first
         records: dict = {}      # device index -> record(s)
         if self._persistent:
-            launch = self._bound_persistent(first, records)
+            launch = _direct.bound_persistent(self._mod.install_allocator, first, records)
         elif self._cex["SPLIT_K"] > 1:
-            launch = self._bound_splitk(first, records, M * N * self._cex["SPLIT_K"])
+            launch = _direct.bound_splitk(self._mod.workspace, first, records, M * N * self._cex["SPLIT_K"])
         else:
-            launch = self._bound_tiled(first, records)
+            launch = _direct.bound_tiled(first, records)
         launch.records = records
-        return launch
-
-    # The three direct launchers: per call only the data pointers, the device (with several GPUs),
-    # the stream and the hook check; everything else is in the record.
-    @staticmethod
-    def _bound_tiled(first, records):
-        def launch(a, b, c):
-            pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-            dev = _device_index() if _MULTI else 0
-            r = records.get(dev)
-            if r is None or (pa | pb | pc) & 15 or not _hooks_idle():
-                return first(a, b, c, dev)
-            run, fn, meta, g0, g1, g2, tail, _ = r
-            run(g0, g1, g2, _raw_stream(dev), fn, meta, None, None, None, pa, pb, pc, pc, *tail)
-        _multi()
-        return launch
-
-    def _bound_splitk(self, first, records, ws_numel: int):
-        workspace = self._mod.workspace
-
-        def launch(a, b, c):
-            pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-            dev = _device_index() if _MULTI else 0
-            r = records.get(dev)
-            if r is None or (pa | pb | pc) & 15 or not _hooks_idle():
-                return first(a, b, c, dev)
-            s = _raw_stream(dev)
-            # Looked up every call, keyed as the JIT path keys it: another kernel may have grown
-            # (replaced) the shared per-(device, stream) buffer since the last call.
-            pw = workspace(ws_numel, c.device, s).data_ptr()
-            (run, fn, meta, g0, g1, g2, tail, _), (rrun, rfn, rmeta, r0, r1, r2, rtail, _) = r
-            run(g0, g1, g2, s, fn, meta, None, None, None, pa, pb, pc, pw, *tail)
-            rrun(r0, r1, r2, s, rfn, rmeta, None, None, None, pw, pc, *rtail)
-        _multi()
-        return launch
-
-    def _bound_persistent(self, first, records):
-        # Device-side TMA descriptors need Triton's global scratch: the launcher asks the allocator
-        # installed in this thread (persistent.scratch_allocator, cached per device and stream) on
-        # every launch, the direct one as the JIT's, so it is installed here per call too.
-        install = self._mod.install_allocator
-
-        def launch(a, b, c):
-            pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-            dev = _device_index() if _MULTI else 0
-            r = records.get(dev)
-            # Misaligned pointers go to the JIT path, whose launch refuses them with a clear error.
-            if r is None or (pa | pb | pc) & 15 or not _hooks_idle():
-                return first(a, b, c, dev)
-            install()
-            run, fn, meta, g0, g1, g2, tail, _ = r
-            run(g0, g1, g2, _raw_stream(dev), fn, meta, None, None, None, pa, pb, pc, *tail)
-        _multi()
         return launch
 
 

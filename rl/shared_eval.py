@@ -1,0 +1,227 @@
+"""The shared evaluation layer of the search-efficiency study (rl/efficiency.py): one evaluator, one
+cache, every method.
+
+`SharedEvaluator` wraps one inner evaluator (GPU, the FakeEvaluator stand-in, or a replay) with named
+profiles - `screen` (SCREEN: the checks at the problem's own shape without `edges`, 10 ms of timing)
+for every proposal and `full` (FULL: all six checks, 100 ms) for the re-check of winners - and caches
+measurements by (profile, problem, spec), so a spec measured once, by any method or by an earlier run
+on the same store, is not measured again; `view(tag, profile)` is the evaluator handed to one method,
+with per-method accounting of proposals, new evaluations and seconds. `ProfiledReplay` answers both
+profiles from a stored study. `StudyDeadline` is raised when the study's time limit comes before an
+evaluation.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from cudal2.measurement import Measurement
+from cudal2.problems import Problem
+
+if TYPE_CHECKING:
+    from .study_model import CostModel
+
+SCREEN_CHECKS = ("random", "exact", "poison", "guard", "fresh")
+ALL_CHECKS = ("random", "exact", "poison", "guard", "fresh", "edges")
+# Profile defaults: the screen every method's proposals go through, and the full PROTOCOL pass of winners.
+SCREEN = {"checks": SCREEN_CHECKS, "min_ms": 10.0, "min_calls": 30, "warmup": 3, "early_stop": None}
+FULL = {"checks": ALL_CHECKS, "min_ms": 100.0, "min_calls": 30, "warmup": 3, "early_stop": None}
+
+
+class StudyDeadline(Exception):
+    """The study's time limit came before this evaluation (the store keeps everything before it)."""
+
+
+COUNTS = ("proposals", "unique", "reused", "resumed")
+
+
+def _blank() -> dict:
+    return {"proposals": 0, "unique": 0, "reused": 0, "resumed": 0, "eval_s": 0.0, "modeled_s": 0.0,
+            "phase_s": defaultdict(float)}
+
+
+class SharedEvaluator:
+    """Every method of the study evaluates through this: one inner evaluator (GPU, stub or replay),
+    named profiles (`screen`, `full`), and one cache of measurements keyed by (profile, problem, spec).
+
+    A spec already measured under that profile - by another method, in training, or by an earlier run
+    on the same store (rows whose meta.profile.sig matches: same checks, timing knobs, baselines and
+    seed) - comes from the cache and is not evaluated again; the method asking still spends one
+    proposal of its budget on it. Accounting per (tag, problem): proposals, unique (inner
+    evaluations: the GPU cost), reused (measured earlier in this run), resumed (from the store),
+    evaluator wall seconds and their phases. `view(tag, profile)` is what a method is handed."""
+
+    def __init__(self, inner, *, store=None, run_id=None, device_key: str | None = None,
+                 deadline: float | None = None, cost_model: "CostModel | None" = None):
+        self.inner, self.store, self.run_id = inner, store, run_id
+        self.device_key = device_key or getattr(inner, "device_key", None) or inner.device.key
+        self.deadline = deadline                   # time.monotonic() value
+        self.model = cost_model
+        self.profiles: dict[str, dict] = {}
+        self.cache: dict[tuple[str, str, str], Measurement] = {}
+        self._origin: dict[tuple[str, str, str], str] = {}      # key -> "run" | "store"
+        self._loaded: set[tuple[str, str]] = set()
+        self._ahead: set[tuple[str, str]] = set()               # (problem, spec) compiled ahead
+        self._last_problem: str | None = None
+        self.acct: dict[tuple[str, str], dict] = defaultdict(_blank)
+        self.model_s = {"start": cost_model.start_s if cost_model else 0.0}
+
+    # ---- profiles ---------------------------------------------------------------------------------
+    def add_profile(self, name: str, **cfg) -> dict:
+        if hasattr(self.inner, "add_profile"):
+            conf = self.inner.add_profile(name, **cfg)
+        else:   # replay: what was stored is what comes back
+            conf = {"replay": name, **{k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}}
+        sig = hashlib.sha256(json.dumps(conf, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        self.profiles[name] = {"config": conf, "sig": sig}
+        return self.profiles[name]
+
+    def view(self, tag: str, profile: str = "screen") -> "_View":
+        if profile not in self.profiles:
+            raise ValueError(f"unknown profile {profile!r}; add_profile first")
+        return _View(self, tag, profile)
+
+    # ---- the cache --------------------------------------------------------------------------------
+    def _load(self, problem: Problem, profile: str) -> None:
+        if self.store is None or (profile, problem.text) in self._loaded:
+            return
+        self._loaded.add((profile, problem.text))
+        sig = self.profiles[profile]["sig"]
+        for m in self.store.measurements(problem=problem.text, device=self.device_key):
+            if (m.meta.get("profile") or {}).get("sig") == sig:
+                key = (profile, problem.text, m.spec)
+                self.cache[key] = m               # the latest row of a key wins
+                self._origin[key] = "store"
+
+    def known(self, problem: Problem, spec_text: str, profile: str = "screen") -> Measurement | None:
+        self._load(problem, profile)
+        return self.cache.get((profile, problem.text, spec_text))
+
+    def prefetch(self, problem: Problem, specs, profile: str = "screen") -> int:
+        """Compile ahead the specs not measured yet (where the inner evaluator can)."""
+        fn = getattr(self.inner, "prefetch", None)
+        if fn is None:
+            return 0
+        todo = [s for s in specs if self.known(problem, s.text, profile) is None]
+        self._ahead |= {(problem.text, s.text) for s in todo}
+        return fn(problem, todo)
+
+    def evaluate(self, problem: Problem, specs, *, tag: str, profile: str) -> list[Measurement | None]:
+        self._load(problem, profile)
+        a = self.acct[(tag, problem.text)]
+        texts = [s.text if hasattr(s, "text") else str(s) for s in specs]
+        a["proposals"] += len(texts)
+        todo, seen = [], set()
+        for s, t in zip(specs, texts):
+            key = (profile, problem.text, t)
+            if key in self.cache:
+                a["resumed" if self._origin.get(key) == "store" else "reused"] += 1
+            elif t not in seen:
+                seen.add(t)
+                todo.append(s)
+        if todo:
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                raise StudyDeadline(f"time limit reached before evaluating {len(todo)} specs on {problem}")
+            phases0 = dict(getattr(self.inner, "phase_s", {}) or {})
+            t0 = time.perf_counter()
+            if hasattr(self.inner, "add_profile"):
+                fresh = self.inner.evaluate(problem, todo, profile=profile)
+            else:
+                fresh = self.inner.evaluate(problem, todo)
+            a["eval_s"] += time.perf_counter() - t0
+            for k, v in (getattr(self.inner, "phase_s", {}) or {}).items():
+                a["phase_s"][k] += v - phases0.get(k, 0.0)
+            prof = {"name": profile, "sig": self.profiles[profile]["sig"]}
+            new = []
+            for s, m in zip(todo, fresh):
+                if m is None:
+                    continue              # replay: nothing measured near it
+                m.meta = {**m.meta, "profile": prof, "tag": tag}
+                key = (profile, problem.text, s.text if hasattr(s, "text") else str(s))
+                self.cache[key] = m
+                self._origin[key] = "run"
+                new.append(m)
+            a["unique"] += len(new)
+            if new and self.store is not None:
+                self.store.add([_copy(m) for m in new], run_id=self.run_id)   # one transaction per call
+            if self.model is not None:
+                ahead = sum((problem.text, m.spec) in self._ahead for m in new)
+                s = self.model.call_s(problem, new, self.profiles[profile]["config"],
+                                      switched=problem.text != self._last_problem, ahead=ahead,
+                                      group_step=tag in ("train", "policy"))
+                a["modeled_s"] += s
+            self._last_problem = problem.text
+        return [_copy(self.cache[(profile, problem.text, t)]) if (profile, problem.text, t) in self.cache else None
+                for t in texts]
+
+    # ---- reports ----------------------------------------------------------------------------------
+    def totals(self, tag: str | None = None, problem: str | None = None) -> dict:
+        out = _blank()
+        for (t, p), a in self.acct.items():
+            if (tag is None or t == tag) and (problem is None or p == problem):
+                for k in (*COUNTS, "eval_s", "modeled_s"):
+                    out[k] += a[k]
+                for k, v in a["phase_s"].items():
+                    out["phase_s"][k] += v
+        out["eval_s"] = round(out["eval_s"], 3)
+        out["modeled_s"] = round(out["modeled_s"], 3)
+        out["phase_s"] = {k: round(v, 3) for k, v in out["phase_s"].items()}
+        return out
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _View:
+    """The evaluator interface (evaluate, device_key) for one method (tag) under one profile."""
+
+    def __init__(self, shared: SharedEvaluator, tag: str, profile: str):
+        self.shared, self.tag, self.profile = shared, tag, profile
+        self.device_key = shared.device_key
+
+    def evaluate(self, problem: Problem, specs) -> list[Measurement | None]:
+        return self.shared.evaluate(problem, specs, tag=self.tag, profile=self.profile)
+
+
+def _copy(m: Measurement) -> Measurement:
+    c = copy.copy(m)
+    c.meta = dict(m.meta)
+    return c
+
+
+class ProfiledReplay:
+    """Replay for the study: `full` answers from the rows a study stored under its full profile
+    (falling back to every row), the other profiles from the rest."""
+
+    replay = True
+
+    def __init__(self, rows: list[Measurement], device_key: str | None = None):
+        from .replay import ReplayEvaluator
+        full = [m for m in rows if (m.meta.get("profile") or {}).get("name") == "full"]
+        rest = [m for m in rows if (m.meta.get("profile") or {}).get("name") != "full"] or rows
+        self.screen = ReplayEvaluator(rest, device_key=device_key)
+        self.full = ReplayEvaluator(full, device_key=self.screen.device_key) if full else self.screen
+        self.device_key = self.screen.device_key
+
+    def add_profile(self, name: str, **cfg) -> dict:
+        return {"replay": name, **{k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}}
+
+    def evaluate(self, problem, specs, profile: str = "screen"):
+        return (self.full if profile == "full" else self.screen).evaluate(problem, specs)
+
+    def close(self) -> None:
+        pass
+
+
+def shared_evaluator(evaluator, *, screen: dict | None = None, full: dict | None = None, **kw) -> SharedEvaluator:
+    """Wrap an evaluator with the study's two profiles (defaults SCREEN and FULL)."""
+    if isinstance(evaluator, SharedEvaluator):
+        return evaluator
+    ev = SharedEvaluator(evaluator, **kw)
+    ev.add_profile("screen", **(screen or SCREEN))
+    ev.add_profile("full", **(full or FULL))
+    return ev
