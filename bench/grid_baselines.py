@@ -49,6 +49,10 @@ def main(argv=None) -> int:
     ap.add_argument("--require", action="store_true",
                     help="before the grid, build and check every baseline the layout allows on one shape; "
                          "exit 4 if any is unavailable or wrong (a run without nvmath must not pass as complete)")
+    ap.add_argument("--registry", default=None,
+                    help="also time cudal2's registry kernel per shape (compare's cudal2 column); writes compare_grid.*")
+    ap.add_argument("--searched-only", action="store_true",
+                    help="with --registry: only the shapes the registry has an entry for on this device")
     args = ap.parse_args(argv)
 
     from cudal2.baselines import NAMES
@@ -66,8 +70,9 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / current().key
     out.mkdir(parents=True, exist_ok=True)
-    jl = out / "baselines_grid.rows.jsonl"
-    runs_path = out / "baselines_grid.runs.json"
+    name = "compare_grid" if args.registry else "baselines_grid"
+    jl = out / f"{name}.rows.jsonl"
+    runs_path = out / f"{name}.runs.json"
     rows = [json.loads(x) for x in jl.read_text().splitlines() if x.strip()] if jl.exists() else []
     have = {(r["shape"], r["layout"]) for r in rows}
     problems = grid(args.layout)
@@ -76,9 +81,19 @@ def main(argv=None) -> int:
     problems = [problems[(i * args.stride) % len(problems)] for i in range(len(problems))]
     chunk = problems[args.start: None if args.count is None else args.start + args.count]
     todo = [p for p in chunk if (p.shape, p.layout) not in have]
+    kernel_for = None
+    if args.registry and not args.finish:
+        from cudal2.cli_compare import kernel_source
+        from cudal2.registry import Registry
+        entries = {e.problem: e for e in Registry.load(args.registry).all(current().key)}
+        if args.searched_only:
+            problems = [p for p in problems if p.text in entries]
+            todo = [p for p in todo if p.text in entries]
+        kernel_for = kernel_source(None, args.registry, current())
+        warm_compiles([entries[p.text] for p in todo if p.text in entries], current())
     cfg = Config(min_calls=args.min_calls, min_ms=args.min_ms, server_calls=args.server_calls,
                  eager_ms=args.eager_ms, tune_calls=args.tune_calls)
-    old_json = out / "baselines_grid.json"
+    old_json = out / f"{name}.json"
     if gpu:
         peak = get_peak().to_dict()
     elif old_json.exists():   # --finish on a CPU: keep what the GPU run recorded
@@ -102,7 +117,7 @@ def main(argv=None) -> int:
                 if time.monotonic() - t0 > args.time_limit:
                     break
                 bar.update(task, description=f"grid {p}")
-                row = measure_shape(p, NAMES, cfg, MODES, Peak(**peak))
+                row = measure_shape(p, NAMES, cfg, MODES, Peak(**peak), kernel_for=kernel_for)
                 f.write(json.dumps(row) + "\n")
                 f.flush()
                 rows.append(row)
@@ -119,19 +134,39 @@ def main(argv=None) -> int:
     complete = all((p.shape, p.layout) in {(r["shape"], r["layout"]) for r in rows} for p in problems)
     vers = versions() if gpu else json.loads(old_json.read_text()).get("versions", {}) if old_json.exists() else {}
     meta = {"versions": vers, "config": {**asdict(cfg), "modes": list(MODES), "baselines": list(NAMES),
-                                              "layout": args.layout},
+                                              "layout": args.layout, "registry": args.registry},
             "peak": peak, "runs": runs, "wall_s_total": round(sum(r["wall_s"] for r in runs), 1),
             "complete": complete, "shapes": len(rows)}
     summ = summaries(rows, MODES, NAMES)
-    write_csv(out / "baselines_grid.csv", rows, meta)
-    write_json(out / "baselines_grid.json", rows, meta, summ)
-    write_plots(rows, out / "baselines_grid.png", MODES)
+    write_csv(out / f"{name}.csv", rows, meta)
+    write_json(out / f"{name}.json", rows, meta, summ)
+    write_plots(rows, out / f"{name}.png", MODES)
     for line in summary_lines(summ):
         print(line)
     left = len(problems) - len(rows)
     print(f"{done} shapes this run in {wall:.0f} s; {len(rows)} of {len(problems)} in {out}; "
           f"total wall {meta['wall_s_total']:.0f} s" + ("" if complete else f"; {left} left: run again"))
     return 0
+
+
+def warm_compiles(entries, device) -> None:
+    """Compile the registry's kernels for the shapes ahead in parallel CPU processes: the backends'
+    disk caches (Triton's, the cubin cache) then serve the in-process build of each shape at once,
+    instead of ~1-2 s of compile per shape on the GPU's clock."""
+    from cudal2.problems import Problem
+    from cudal2.procs import CompilePool, available_cpus, backend_compile
+    from cudal2.spec import KernelSpec
+    todo = [(KernelSpec.parse(e.spec), Problem.parse(e.problem)) for e in entries if e.backend != "cublas"]
+    if not todo:
+        return
+    t0 = time.monotonic()
+    pool = CompilePool(backend_compile, available_cpus(), 600.0)
+    try:
+        futs = [f for spec, p in todo for f in pool.submit([spec], p, device)]
+        failed = sum(isinstance(pool.result(f), tuple) for f in futs)
+    finally:
+        pool.close()
+    print(f"compiled {len(todo)} registry kernels ahead in {time.monotonic() - t0:.1f} s ({failed} failed)")
 
 
 def preflight(layout: str) -> dict[str, str]:

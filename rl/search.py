@@ -118,12 +118,15 @@ class Search:
                  seed: int = 0, update: bool = True, grpo: GRPOConfig | None = None,
                  checkpoint_dir: str | Path | None = None, resume: bool = False, patience: int = 5,
                  temperatures: tuple = (1.0, 1.5, 2.0, 3.0),
-                 on_event: Callable[..., None] | None = None):
+                 on_event: Callable[..., None] | None = None, store_measurements: bool = True):
         if group < 1:
             raise ValueError(f"--group must be >= 1, got {group}")
         self.policy, self.evaluator, self.device = policy, evaluator, device
         self.device_key = device_key or device.key
         self.store, self.run_id, self.group, self.backends = store, run_id, group, backends
+        # False when the evaluator stores (rl/shared_eval.SharedEvaluator): the store then only gets
+        # checkpoints from here, and a resumed problem's history comes from the evaluator's cache.
+        self.store_measurements = store_measurements
         self.resume, self.patience, self.temperatures = resume, patience, temperatures
         self.on_event = on_event or (lambda kind, **kw: None)
         self.gen = torch.Generator().manual_seed(seed)
@@ -172,8 +175,15 @@ class Search:
                     self._advance(st)
         return [st["res"] for st in states]
 
-    def run_problem(self, problem: Problem, budget: int) -> ProblemResult:
+    def run_problem(self, problem: Problem, budget: int, seeds: list[KernelSpec] | None = None) -> ProblemResult:
+        """`seeds`: specs evaluated first, as one batch, before the policy's groups (e.g. the fixed
+        list, so a policy that has not seen this kind of shape cannot leave it worse off than an
+        autotune list would); they count against the budget and are not trained on (off-policy)."""
         st = self._start(problem, budget)
+        if seeds and not st["done"]:
+            self._evaluate_group(problem, [], [Sample(spec=s, tokens=[]) for s in seeds], st["known"],
+                                 st["alias"], st["res"], budget)
+            self._check_done(st)
         while not st["done"]:
             self._advance(st)
         return st["res"]
@@ -181,11 +191,16 @@ class Search:
     def _start(self, problem: Problem, budget: int) -> dict:
         res = ProblemResult(problem)
         known: dict[str, Measurement] = {}
-        if self.resume and self.store is not None:
+        if self.resume and self.store is not None and self.store_measurements:
             for m in self.store.measurements(problem=problem.text, device=self.device_key):
                 if m.spec not in known:
                     known[m.spec] = m
                     res.evaluated.append(m)
+            res.resumed = len(known)
+        elif self.resume and hasattr(self.evaluator, "measured"):
+            for m in self.evaluator.measured(problem):
+                known[m.spec] = m
+                res.evaluated.append(m)
             res.resumed = len(known)
         self.on_event("problem_start", problem=problem, result=res, budget=budget)
         # alias: replay answers an asked spec with a measured neighbour; asked text -> measured text.
@@ -264,7 +279,7 @@ class Search:
                     known[m.spec] = m
                     fresh.append(m)
                     res.evaluated.append(m)
-        if fresh and self.store is not None:
+        if fresh and self.store is not None and self.store_measurements:
             # One transaction per group: a kill -9 loses at most this group's results.
             self.store.add([_copy_for_run(m) for m in fresh], run_id=self.run_id)
         kept, rewards = [], []

@@ -66,6 +66,9 @@ class SharedEvaluator:
         self._origin: dict[tuple[str, str, str], str] = {}      # key -> "run" | "store"
         self._loaded: set[tuple[str, str]] = set()
         self._ahead: set[tuple[str, str]] = set()               # (problem, spec) compiled ahead
+        # (profile, problem, measured spec) in the store: a replay answering two asks with one
+        # neighbour's row stores that row once.
+        self._stored: set[tuple[str, str, str]] = set()
         self._last_problem: str | None = None
         self.acct: dict[tuple[str, str], dict] = defaultdict(_blank)
         self.model_s = {"start": cost_model.start_s if cost_model else 0.0}
@@ -93,9 +96,13 @@ class SharedEvaluator:
         sig = self.profiles[profile]["sig"]
         for m in self.store.measurements(problem=problem.text, device=self.device_key):
             if (m.meta.get("profile") or {}).get("sig") == sig:
-                key = (profile, problem.text, m.spec)
-                self.cache[key] = m               # the latest row of a key wins
-                self._origin[key] = "store"
+                self._stored.add((profile, problem.text, m.spec))
+                # A replayed row answers the spec it was asked for too (a measured neighbour's row).
+                asked = (m.meta.get("replay") or {}).get("asked")
+                for text in {m.spec, asked} - {None}:
+                    key = (profile, problem.text, text)
+                    self.cache[key] = m           # the latest row of a key wins
+                    self._origin[key] = "store"
 
     def known(self, problem: Problem, spec_text: str, profile: str = "screen") -> Measurement | None:
         self._load(problem, profile)
@@ -146,8 +153,13 @@ class SharedEvaluator:
                 self._origin[key] = "run"
                 new.append(m)
             a["unique"] += len(new)
-            if new and self.store is not None:
-                self.store.add([_copy(m) for m in new], run_id=self.run_id)   # one transaction per call
+            rows = []
+            for m in new:
+                if (profile, problem.text, m.spec) not in self._stored:
+                    self._stored.add((profile, problem.text, m.spec))
+                    rows.append(_copy(m))
+            if rows and self.store is not None:
+                self.store.add(rows, run_id=self.run_id)   # one transaction per call
             if self.model is not None:
                 ahead = sum((problem.text, m.spec) in self._ahead for m in new)
                 s = self.model.call_s(problem, new, self.profiles[profile]["config"],
@@ -185,6 +197,16 @@ class _View:
 
     def evaluate(self, problem: Problem, specs) -> list[Measurement | None]:
         return self.shared.evaluate(problem, specs, tag=self.tag, profile=self.profile)
+
+    def measured(self, problem: Problem) -> list[Measurement]:
+        """What this profile has measured on `problem` (this run and the store), one per measured
+        spec, in measurement order: a resumed search starts from it, so its budget spans both runs."""
+        self.shared._load(problem, self.profile)
+        out = {}
+        for (prof, prob, _), m in self.shared.cache.items():
+            if prof == self.profile and prob == problem.text:
+                out.setdefault(m.spec, m)
+        return [_copy(m) for m in sorted(out.values(), key=lambda m: m.ts or 0.0)]
 
 
 def _copy(m: Measurement) -> Measurement:

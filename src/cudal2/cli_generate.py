@@ -1,21 +1,28 @@
 """`cudal2 generate`: the RL search over kernels for a set of shapes, winners filed in the registry.
 
   cudal2 generate --backend triton|cuda|both --shapes grid|grid:N|FILE|MxNxK,... [--layout nn|nt]
-                  [--budget N] [--group G] [--policy default|hf:PATH] [--store PATH]
+                  [--budget N] [--group G] [--seed-list fixed:N|none] [--screen-ms MS] [--full-ms MS]
+                  [--recheck K] [--time-limit S] [--stride S] [--policy default|hf:PATH] [--store PATH]
                   [--registry PATH] [--resume] [--replay STORE] [--cluster ray[:ADDR]] [--seed S]
 
-Per shape: sample a group from the policy, evaluate (GPU evaluator, a Ray cluster, or --replay:
-stored measurements, no GPU), store every result, reward, GRPO update, checkpoint the policy beside
-the store; then the fastest correct kernel is filed in the registry with its rendered source.
---resume continues a killed run: measured (spec, problem, device) are not measured again and the
-latest policy checkpoint is restored.
+Per shape (rl/staged.py): the fixed list's first N specs, then policy groups (GRPO on each) up to
+--budget evaluations, all screened (five checks at the shape, --screen-ms of timing beside the
+baselines); the --recheck fastest go through the full PROTOCOL pass (six checks, --full-ms); the
+fastest that passed is filed in the registry with its rendered source (as cuBLAS if it lost).
+Every measurement is stored; each finished shape gets a row in the store's search log.
+--resume continues a killed or time-limited run: finished shapes are skipped, measured
+(profile, spec, shape) are not measured again, the latest policy checkpoint is restored.
+--time-limit stops before a shape (or an evaluation) once the limit has passed; rerun with --resume.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
+
+from .problems import Problem
 
 _BACKENDS = {"triton": ("triton",), "cuda": ("cuda",), "both": ("triton", "cuda")}
 
@@ -41,17 +48,14 @@ def _make_policy(spec: str, seed: int):
     raise ValueError(f"--policy {spec!r}: use 'default' or 'hf:PATH' (a local Hugging Face model directory)")
 
 
-def _file_winner(registry: Optional[str], res, device_key: str) -> str:
-    """File the problem's best ok measurement; returns what happened, for the summary table."""
+def _file_winner(registry: Optional[str], best, device_key: str) -> str:
+    """File a fully checked measurement; returns what happened, for the summary table."""
     from .backends import get_backend
     from .registry import RegistryError, record_winner
     from .spec import KernelSpec
-    best = res.best
-    if best is None:
-        return "no correct kernel"
     spec = KernelSpec.parse(best.spec)
     try:
-        source = get_backend(spec.backend).render(spec, res.problem)
+        source = get_backend(spec.backend).render(spec, Problem.parse(best.problem))
         entry = record_winner(registry, best, source, device_key)
     except (RegistryError, ImportError, ValueError) as e:
         return f"not filed: {str(e).splitlines()[0]}"
@@ -74,6 +78,13 @@ def generate_cmd(
     cluster: Optional[str] = typer.Option(None, "--cluster", help="ray or ray:ADDRESS to evaluate on a Ray cluster"),
     seed: int = typer.Option(0, "--seed", help="seed of the policy's initialisation and sampling"),
     workers: Optional[int] = typer.Option(None, "--workers", help="CPU compile workers (default: all cores)"),
+    seed_list: str = typer.Option("fixed:8", "--seed-list", help="evaluate first, per shape: fixed:N (the fixed autotune list's first N) or none"),
+    screen_ms: float = typer.Option(10.0, "--screen-ms", help="timing per function in the screen of every proposal (ms)"),
+    full_ms: float = typer.Option(100.0, "--full-ms", help="timing per function in the full re-check of the fastest (ms)"),
+    recheck_k: int = typer.Option(2, "--recheck", help="screened candidates per shape that get the full re-check"),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", help="seconds; stop cleanly after that (resume later)"),
+    stride: int = typer.Option(1, "--stride", help="visit shape i*STRIDE mod n (coprime to n, e.g. 7): a time-limited "
+                               "run then covers the whole range of shapes, not the smallest first"),
 ) -> None:
     """Search kernels with the RL policy and file the fastest correct one per shape in the registry."""
     from .cli import fail
@@ -81,14 +92,27 @@ def generate_cmd(
 
     if backend not in _BACKENDS:
         fail(f"--backend {backend!r}: choose triton, cuda or both")
-    if budget < 1 or group < 1:
-        fail(f"--budget and --group must be >= 1 (got {budget}, {group})")
+    if budget < 1 or group < 1 or recheck_k < 1:
+        fail(f"--budget, --group and --recheck must be >= 1 (got {budget}, {group}, {recheck_k})")
+    from .rl.staged import SeedListError, parse_seed_list, profiles
+    try:
+        n_seed = parse_seed_list(seed_list)
+        prof = profiles(screen_ms, full_ms)
+    except (SeedListError, ValueError) as e:
+        fail(str(e))
+    if time_limit is not None and time_limit <= 0:
+        fail(f"--time-limit must be > 0 seconds (got {time_limit})")
+    t_start = time.monotonic()
     try:
         problems = parse_shapes(shapes, layout)
     except ProblemError as e:
         fail(str(e))
     if not problems:
         fail(f"--shapes {shapes!r} names no shapes")
+    import math
+    if stride < 1 or math.gcd(stride, len(problems)) != 1:
+        fail(f"--stride {stride} must be >= 1 and coprime to the number of shapes ({len(problems)})")
+    problems = [problems[(i * stride) % len(problems)] for i in range(len(problems))]
     if replay and cluster:
         fail("--replay and --cluster exclude each other: a replay needs no GPU")
     if replay and Path(replay).resolve() == Path(store_path).resolve():
@@ -127,84 +151,148 @@ def generate_cmd(
 
     config = {"command": "generate", "backend": backend, "shapes": shapes, "layout": layout, "budget": budget,
               "group": group, "policy": policy, "replay": replay, "cluster": cluster, "seed": seed,
-              "resume": resume, "device_info": device.to_dict()}
+              "resume": resume, "device_info": device.to_dict(), "seed_list": seed_list, "screen_ms": screen_ms,
+              "full_ms": full_ms, "recheck": recheck_k, "time_limit": time_limit, "stride": stride}
     run_id = store.new_run(config, device=device_key, versions=versions)
+    from .rl.shared_eval import SharedEvaluator
+    deadline = t_start + time_limit if time_limit else None
+    shared = SharedEvaluator(evaluator, store=store, run_id=run_id, device_key=device_key, deadline=deadline)
+    shared.add_profile("screen", **prof[0])
+    shared.add_profile("full", **prof[1])
+    opts = {"budget": budget, "group": group, "backends": _BACKENDS[backend], "seed": seed, "resume": resume,
+            "registry": registry, "n_seed": n_seed, "recheck": recheck_k, "deadline": deadline}
     try:
-        results = _search(pol, evaluator, device, device_key, store, run_id, problems, budget, group,
-                          _BACKENDS[backend], seed, resume, registry)
+        results, left = _search(pol, shared, device, device_key, store, run_id, problems, opts)
     except ValueError as e:          # e.g. no valid spec of the backend for a shape
         fail(str(e).splitlines()[0])
         return
     finally:
         evaluator.close()
     _summary(results, device_key, store_path)
-    phases = getattr(evaluator, "phase_s", None)
-    if phases:
-        typer.echo("evaluator wall seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
+    _totals(results, shared, time.monotonic() - t_start)
     store.close()
+    if left:
+        typer.echo(f"stopped at the time limit: {left} of {len(problems)} shapes not finished; "
+                   "run the same command with --resume to go on")
 
 
-def _search(pol, evaluator, device, device_key, store, run_id, problems, budget, group, backends, seed,
-            resume, registry):
+def _search(pol, shared, device, device_key, store, run_id, problems, o):
+    """The shapes in order; returns ([(outcome, registry action)], shapes left at the time limit)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .rl.search import Search
+    from .rl.shared_eval import StudyDeadline
+    from .rl.staged import log_row, search_shape, seed_specs
     console = Console(stderr=True)
-    totals = {"evals": 0, "fail": 0, "best": None}
+    totals = {"evals": 0, "fail": 0, "won": 0, "rejected": 0}
     prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("evals {task.fields[evals]}  failures {task.fields[fail]}  "
-                               "best speedup {task.fields[best]}"), TimeElapsedColumn(), console=console)
-    task = prog.add_task("shapes", total=len(problems), evals=0, fail=0, best="-")
-    results = []
+                               "kernel beats best-cuBLAS on {task.fields[won]}"), TimeElapsedColumn(),
+                    console=console)
+    task = prog.add_task("shapes", total=len(problems), evals=0, fail=0, won=0)
+    done = store.shapes(device_key) if o["resume"] else {}
+    results: list = []
 
     def on_event(kind, **kw):
         if kind == "restored":
             console.print(f"restored policy checkpoint {kw['path']} (step {kw['steps']})")
-        elif kind == "problem_start" and kw["result"].resumed:
-            console.print(f"{kw['problem']}: {kw['result'].resumed} measurements already in the store")
         elif kind == "group_done":
             rejected = [x.reason for x in kw.get("samples", []) if x.reason]
-            if rejected and not totals.get("rejected"):
+            if rejected and not totals["rejected"]:
                 console.print(f"note: the LM's answer was corrected: {rejected[0]}")
-            totals["rejected"] = totals.get("rejected", 0) + len(rejected)
-            totals["evals"] += len(kw["fresh"])
-            totals["fail"] += sum(m.status not in ("ok", "slow") for m in kw["fresh"])
-            for m in kw["fresh"]:
-                if m.speedup and (totals["best"] is None or m.speedup > totals["best"]):
-                    totals["best"] = m.speedup
-            prog.update(task, evals=totals["evals"], fail=totals["fail"],
-                        best=f"{totals['best']:.3f}x" if totals["best"] else "-")
+            totals["rejected"] += len(rejected)
 
-    search = Search(pol, evaluator, device, device_key, store=store, run_id=run_id, group=group,
-                    backends=backends, seed=seed, resume=resume, on_event=on_event)
+    ckdir = Path(str(store.path) + ".ckpt")
+    search = Search(pol, shared.view("generate", "screen"), device, device_key, store=store, run_id=run_id,
+                    group=o["group"], backends=o["backends"], seed=o["seed"], resume=o["resume"],
+                    checkpoint_dir=ckdir, on_event=on_event, store_measurements=False)
+    todo = [p for p in problems if p.text not in done]
+    if done:
+        console.print(f"--resume: {len(problems) - len(todo)} shapes already finished in the store, skipped")
+        prog.update(task, completed=len(problems) - len(todo))
+    seeds = lambda p: seed_specs(o["n_seed"], p, device, o["backends"])  # noqa: E731
+    left = 0
     with prog:
-        for p in problems:
+        for i, p in enumerate(todo):
+            if o["deadline"] is not None and time.monotonic() > o["deadline"]:
+                left = len(todo) - i
+                break
             prog.update(task, description=f"{p}")
-            res = search.run_problem(p, budget)
-            results.append((res, _file_winner(registry, res, device_key)))
+            if i + 1 < len(todo):     # the CPU compiles the next shape's seeds while the GPU works here
+                shared.prefetch(todo[i + 1], seeds(todo[i + 1]))
+            try:
+                out = search_shape(search, shared, p, o["budget"], seeds(p), o["recheck"])
+            except StudyDeadline:
+                left = len(todo) - i
+                break
+            action = _file(o["registry"], out, device_key)
+            store.add_shape(p, device_key, log_row(out, action), run_id=run_id)
+            results.append((out, action))
+            totals["evals"] += out["evaluations"] + out["full_evaluations"]
+            totals["fail"] += sum(out["failures_screen"].values()) + sum(out["failures_full"].values())
+            totals["won"] += action.startswith("filed") and "cublas" not in action
+            prog.update(task, evals=totals["evals"], fail=totals["fail"], won=totals["won"])
             prog.advance(task)
         prog.update(task, description="shapes")
-    if totals.get("rejected"):
+    if totals["rejected"]:
         console.print(f"{totals['rejected']} LM answers were rejected (unparseable or invalid) and corrected "
                       "by constrained decoding; none was executed as written")
-    return results
+    return results, left
+
+
+def _file(registry, out, device_key: str) -> str:
+    """File the shape's outcome: the full pass's winner, or cuBLAS when nothing passed it but
+    baselines were measured (so dispatch does not borrow a neighbour's kernel here)."""
+    from .registry import RegistryError, record_cublas
+    if out["winner"] is not None:
+        return _file_winner(registry, out["winner"], device_key)
+    seen = out["screen_best"]
+    if seen is None or not seen.baselines_us:
+        return "nothing filed: no candidate passed the checks"
+    try:
+        entry = record_cublas(registry, out["problem"], device_key, seen.baselines_us, versions=seen.versions)
+    except RegistryError as e:
+        return f"not filed: {str(e).splitlines()[0]}"
+    return "filed cublas (no kernel passed the full check)" if entry else "kept (registry has faster)"
 
 
 def _summary(results, device_key: str, store_path: str) -> None:
     from rich.console import Console
     from rich.table import Table
     t = Table(title=f"cudal2 generate on {device_key} (store {store_path})")
-    for col in ("problem", "evals", "failures", "best spec", "kernel us", "best-cuBLAS us", "speedup", "registry"):
-        t.add_column(col, justify="right" if col in ("evals", "failures", "kernel us", "best-cuBLAS us", "speedup") else "left")
-    for res, action in results:
-        b = res.best
-        t.add_row(res.problem.text, str(len(res.evaluated)), str(res.failures), b.spec if b else "-",
-                  f"{b.time_us:.2f}" if b else "-", f"{b.best_cublas_us:.2f}" if b and b.best_cublas_us else "-",
-                  f"{b.speedup:.3f}x" if b and b.speedup else "-", action)
+    num = ("evals", "failures", "kernel us", "best-cuBLAS us", "speedup (full)", "speedup (screen)")
+    for col in ("problem", "evals", "failures", "winner", *num[2:], "registry"):
+        t.add_column(col, justify="right" if col in num else "left")
+    for out, action in results:
+        w = out["winner"]
+        fails = sum(out["failures_screen"].values()) + sum(out["failures_full"].values())
+        t.add_row(out["problem"], f"{out['evaluations']}+{out['full_evaluations']}", str(fails),
+                  w.spec if w else "-", f"{w.time_us:.2f}" if w else "-",
+                  f"{w.best_cublas_us:.2f}" if w and w.best_cublas_us else "-",
+                  f"{out['full_speedup']:.3f}x" if out["full_speedup"] else "-",
+                  f"{out['screen_speedup']:.3f}x" if out["screen_speedup"] else "-", action)
     con = Console()
     # Piped (a log, a test): do not squeeze the spec column into the 80-column default.
-    (con if con.is_terminal else Console(width=240)).print(t)
+    (con if con.is_terminal else Console(width=260)).print(t)
+
+
+def _totals(results, shared, wall_s: float) -> None:
+    """Totals of the run: evaluations, failures by reason, evaluator seconds (the GPU worker's share:
+    prepare + check + time; compile is CPU work in the pools), wall seconds."""
+    from collections import Counter
+    fails: Counter = Counter()
+    for out, _ in results:
+        fails.update(out["failures_screen"])
+        fails.update(out["failures_full"])
+    tot = shared.totals()
+    ph = tot["phase_s"]
+    gpu = sum(ph.get(k, 0.0) for k in ("prepare", "check", "time"))
+    typer.echo(f"{len(results)} shapes, {tot['unique']} new evaluations ({tot['reused'] + tot['resumed']} reused), "
+               f"wall {wall_s:.1f} s, evaluator {tot['eval_s']:.1f} s: "
+               + ", ".join(f"{k} {v:.1f}" for k, v in ph.items()) + f" (GPU worker {gpu:.1f} s)")
+    if fails:
+        typer.echo("failures: " + "; ".join(f"{k} x{v}" for k, v in fails.most_common()))
 
 
 def register(app) -> None:

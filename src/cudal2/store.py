@@ -62,6 +62,17 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     path TEXT NOT NULL,
     ts REAL NOT NULL
 );
+-- One row per finished search of a shape (`cudal2 generate`): its log (evaluations, failures by
+-- reason, evaluator seconds, the winner and what was filed), and the marker --resume skips on.
+CREATE TABLE IF NOT EXISTS shapes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    problem TEXT NOT NULL,
+    device TEXT NOT NULL,
+    run_id INTEGER REFERENCES runs(id),
+    outcome TEXT NOT NULL,
+    ts REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS shapes_key ON shapes (problem, device);
 """
 
 _COLS = ("spec", "problem", "device", "status", "reason", "time_us", "times", "baselines_us",
@@ -245,6 +256,26 @@ class Store:
         else:
             rows = self._db.execute("SELECT DISTINCT problem FROM measurements WHERE run_id = ?", (run_id,))
         return {r[0] for r in rows}
+
+    # ---- finished shapes (the search log) -------------------------------------------------------
+    def add_shape(self, problem, device, outcome: dict, run_id: int | None = None) -> int:
+        with self._tx():
+            cur = self._db.execute("INSERT INTO shapes (problem, device, run_id, outcome, ts) VALUES (?, ?, ?, ?, ?)",
+                                   (_key(problem), _key(device), run_id,
+                                    json.dumps(outcome, sort_keys=True, default=str), time.time()))
+        return int(cur.lastrowid)
+
+    def shapes(self, device=None, run_id: int | None = None) -> dict[str, dict]:
+        """problem text -> its latest finished-search outcome (with run_id and ts added)."""
+        q, args = "SELECT * FROM shapes WHERE 1=1", []
+        if device is not None:
+            q, args = q + " AND device = ?", args + [_key(device)]
+        if run_id is not None:
+            q, args = q + " AND run_id = ?", args + [run_id]
+        out = {}
+        for r in self._db.execute(q + " ORDER BY id", args):
+            out[r["problem"]] = {**json.loads(r["outcome"]), "run_id": r["run_id"], "ts": r["ts"]}
+        return out
 
     # ---- policy checkpoints -----------------------------------------------------------------------
     def add_checkpoint(self, path: str | Path, step: int, run_id: int | None = None) -> int:

@@ -1,0 +1,139 @@
+"""The staged search `cudal2 generate` runs per shape: seed, screen, re-check, file.
+
+  1. seed    the first evaluations are the fixed autotune list (`--seed-list fixed:N`), one batch;
+  2. screen  then the policy's groups (GRPO on each), up to `--budget` evaluations in all; every one
+             under the `screen` profile: the five checks at the shape itself (no `edges`) and
+             `--screen-ms` of interleaved timing beside the baselines;
+  3. recheck the `--recheck` fastest screened candidates go through the `full` profile (all six
+             PROTOCOL checks, `--full-ms` of timing beside the baselines, one interleaved run); a
+             candidate failing it is replaced by the next screened one, up to `rounds` times;
+  4. file    the fastest fully checked candidate; it dispatches only if it beat best-cublas in that
+             full run, else the entry says cuBLAS (registry_record.record_winner).
+
+Why staged: on the H200 (2026-12-02, NOTES.md) a full evaluation cost ~1.8 s, a screened one
+0.17 s; the full pass then only runs on the few candidates that can be filed.
+
+Measurements go through rl/shared_eval.SharedEvaluator, so a (profile, shape, spec) measured once -
+in this run or an earlier one on the same store - is never measured again. A finished shape gets a
+row in the store's `shapes` table (its log: evaluations, failures by reason, evaluator seconds per
+phase, the winner, what was filed); `--resume` skips those shapes.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from cudal2.measurement import Measurement
+from cudal2.problems import Problem
+from cudal2.spec import KernelSpec
+
+from .reward import speedup
+from .search import FixedListPolicy, Search
+from .shared_eval import ALL_CHECKS, SCREEN_CHECKS, SharedEvaluator
+
+# The screen's 10 ms per function (>= 30 calls): in the H200 studies (runs 7-8, 2026-12-02, 72
+# winners) the full pass's speedup over best-cublas was 1.004-1.007x the screened one (median), from
+# 0.96x to 1.13x: good enough to rank, not to claim; claims come from the full pass (the PROTOCOL's).
+SCREEN_MS = 10.0
+FULL_MS = 100.0
+
+
+class SeedListError(ValueError):
+    pass
+
+
+def parse_seed_list(text: str) -> int:
+    """'none' -> 0, 'fixed:N' -> N (the first N entries of the fixed autotune list)."""
+    t = text.strip().lower()
+    if t in ("none", "0", ""):
+        return 0
+    if t.startswith("fixed:"):
+        try:
+            n = int(t[6:])
+        except ValueError:
+            n = -1
+        if n >= 0:
+            return n
+    raise SeedListError(f"--seed-list {text!r}: use 'none' or 'fixed:N' (N >= 0)")
+
+
+def seed_specs(n: int, problem: Problem, device, backends=None) -> list[KernelSpec]:
+    return FixedListPolicy.candidates(problem, device, backends)[:n] if n > 0 else []
+
+
+def profiles(screen_ms: float, full_ms: float) -> tuple[dict, dict]:
+    """The two profiles' settings (SharedEvaluator.add_profile keywords). Early stop is off in both:
+    a kernel's status would otherwise depend on what was measured before it."""
+    if screen_ms <= 0 or full_ms <= 0:
+        raise ValueError(f"--screen-ms and --full-ms must be > 0 (got {screen_ms}, {full_ms})")
+    common = {"min_calls": 30, "warmup": 3, "early_stop": None}
+    return ({"checks": SCREEN_CHECKS, "min_ms": float(screen_ms), **common},
+            {"checks": ALL_CHECKS, "min_ms": float(full_ms), **common})
+
+
+def _ranked(ms: list[Measurement]) -> list[Measurement]:
+    """ok screened measurements, fastest first (ties: earlier first)."""
+    ok = [(i, m) for i, m in enumerate(ms) if m.status == "ok" and m.time_us]
+    return [m for _, m in sorted(ok, key=lambda im: (im[1].time_us, im[0]))]
+
+
+def recheck(view, problem: Problem, screened: list[Measurement], k: int, rounds: int = 3) -> tuple[list, Measurement | None]:
+    """The full pass over the k fastest screened candidates; a failed one is replaced by the next
+    fastest, up to `rounds` calls. Returns (every full measurement, the fastest ok one or None)."""
+    queue = _ranked(screened)
+    full: list[Measurement] = []
+    for _ in range(max(1, rounds)):
+        passed = [m for m in full if m.status == "ok" and m.time_us]
+        want = k - len(passed)
+        if want <= 0 or not queue:
+            break
+        todo, queue = queue[:want], queue[want:]
+        got = view.evaluate(problem, [KernelSpec.parse(m.spec) for m in todo])
+        full += [m for m in got if m is not None]
+    passed = [m for m in full if m.status == "ok" and m.time_us]
+    # A candidate that timed below best-cublas in the screen may not in the full run: whichever is
+    # fastest here is filed, and record_winner files cuBLAS if it lost.
+    return full, (min(passed, key=lambda m: m.time_us) if passed else None)
+
+
+def failures(ms: list[Measurement]) -> dict[str, int]:
+    """Failures by status and by the first words of the reason (what the search log counts)."""
+    c: Counter = Counter()
+    for m in ms:
+        if m.status not in ("ok", "slow"):
+            why = (m.reason or "").split(":")[0].split("(")[0].strip()[:60]
+            c[f"{m.status}: {why}" if why else m.status] += 1
+    return dict(c)
+
+
+def search_shape(search: Search, shared: SharedEvaluator, problem: Problem, budget: int,
+                 seeds: list[KernelSpec], k: int, rounds: int = 3) -> dict:
+    """Seed + screen + recheck one shape. Returns the outcome (the log row, with the winner's
+    Measurement under "winner" and the screened best under "screen_best")."""
+    t0 = time.perf_counter()
+    res = search.run_problem(problem, budget, seeds=seeds)
+    full, winner = recheck(shared.view("recheck", "full"), problem, res.evaluated, k, rounds)
+    tot = shared.totals(None, problem.text)
+    best = _ranked(res.evaluated)
+    return {
+        "problem": problem.text,
+        "evaluations": len(res.evaluated), "seeded": len(seeds), "full_evaluations": len(full),
+        "new_evaluations": tot["unique"], "reused": tot["reused"] + tot["resumed"],
+        "failures_screen": failures(res.evaluated), "failures_full": failures(full),
+        "evaluator_s": tot["eval_s"], "phase_s": tot["phase_s"],
+        "wall_s": round(time.perf_counter() - t0, 3),
+        "screen_best": best[0] if best else None,
+        "screen_speedup": speedup(best[0]) if best else None,
+        "winner": winner,
+        "full_speedup": speedup(winner) if winner else None,
+    }
+
+
+def log_row(outcome: dict, action: str) -> dict:
+    """The JSON-able row the store's `shapes` table keeps."""
+    w, s = outcome["winner"], outcome["screen_best"]
+    row = {k: v for k, v in outcome.items() if k not in ("winner", "screen_best")}
+    row.update(winner_spec=w.spec if w else None, winner_us=w.time_us if w else None,
+               best_cublas_us=w.best_cublas_us if w else (s.best_cublas_us if s else None),
+               screen_spec=s.spec if s else None, filed=action)
+    return row

@@ -1,0 +1,184 @@
+"""`cudal2 generate`'s staged search (rl/staged.py) on a stub clock: seeds first, the full re-check
+of the fastest screened candidates, what gets filed, the time limit and --resume.
+
+The GPU evaluator is replaced by FakeEvaluator over gpu_worker.HashClock (µs from a hash of spec and
+shape, a 1x-4x spread between specs; baselines at 1.8x / 1.9x the spread's floor), so the order of
+candidates, the winner and its margin over best-cublas are known exactly."""
+import pytest
+
+from cudal2.device import DeviceInfo
+from cudal2.fake_evaluator import FakeEvaluator
+from cudal2.gpu_worker import HashClock
+from cudal2.problems import Problem
+from cudal2.registry import Registry
+from cudal2.rl.search import FixedListPolicy
+from cudal2.rl.staged import parse_seed_list, SeedListError
+from cudal2.store import Store
+
+HOPPER = DeviceInfo.target("sm_90a")
+# Off the tile grid on purpose (300, 200, 1000, 72 are multiples of no tile).
+SHAPES = [Problem(300, 200, 1000), Problem(64, 128, 512), Problem(72, 1000, 256), Problem(512, 256, 128)]
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Install a FakeEvaluator over `clock` as generate's evaluator; returns the evaluators made."""
+    made = []
+
+    def install(clock):
+        def make(cluster=None, **kw):
+            made.append(FakeEvaluator(clock, HOPPER, early_stop=None))
+            return made[-1]
+        monkeypatch.setattr("cudal2.evaluate.make_evaluator", make)
+        monkeypatch.setattr("cudal2.device.gpu_available", lambda: True)
+        return made
+    return install
+
+
+def _invoke(*args):
+    from typer.testing import CliRunner
+
+    from cudal2.cli import app
+    r = CliRunner().invoke(app, ["generate", *map(str, args)])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r
+
+
+def _checks(m):
+    return [x["name"] for x in m.check["results"]]
+
+
+def _rows(db, problem, profile):
+    with Store(db) as st:
+        return [m for m in st.measurements(problem=problem.text) if m.meta["profile"]["name"] == profile]
+
+
+def test_seeds_first_then_policy_then_full_recheck_of_the_fastest(fake_gpu, tmp_path):
+    clock = HashClock()
+    fake_gpu(clock)
+    p = SHAPES[0]
+    db, reg = tmp_path / "run.db", tmp_path / "reg"
+    r = _invoke("--shapes", p.shape, "--budget", 12, "--group", 4, "--seed-list", "fixed:8", "--recheck", 2,
+                "--store", db, "--registry", reg)
+    assert r.exit_code == 0, r.output
+    screen = _rows(db, p, "screen")
+    fixed = [s.text for s in FixedListPolicy.candidates(p, HOPPER)[:8]]
+    # The fixed list comes first, in its order, then the policy's proposals fill the budget.
+    assert [m.spec for m in screen[:8]] == fixed
+    assert len(screen) == 12 and len({m.spec for m in screen}) == 12
+    assert all("edges" not in _checks(m) for m in screen if m.check)
+    # The full pass re-checks exactly the two fastest screened candidates, with all six checks.
+    ok = sorted((m for m in screen if m.status == "ok"), key=lambda m: m.time_us)
+    full = _rows(db, p, "full")
+    assert sorted(m.spec for m in full) == sorted(m.spec for m in ok[:2])
+    assert all(_checks(m) == ["random", "exact", "poison", "guard", "fresh", "edges"] for m in full)
+    # Filed: the fastest of the full pass, as a kernel exactly when it beat best-cublas there.
+    win = min(full, key=lambda m: m.time_us)
+    e = Registry.load(reg).lookup(p, HOPPER.key)
+    assert e.spec == win.spec and e.best_cublas_us == pytest.approx(win.best_cublas_us)
+    assert (e.backend != "cublas") == (win.time_us < win.best_cublas_us)
+    assert e.time_us == pytest.approx(win.time_us if e.backend != "cublas" else win.best_cublas_us)
+    # The search log: one row for the shape, its counts matching the store.
+    with Store(db) as st:
+        log = st.shapes(HOPPER.key)[p.text]
+    assert log["evaluations"] == 12 and log["seeded"] == 8 and log["full_evaluations"] == 2
+    assert log["winner_spec"] == win.spec and log["filed"].startswith("filed")
+
+
+def test_a_winner_failing_the_full_check_gives_way_to_the_next(fake_gpu, tmp_path):
+    p = SHAPES[1]
+    fixed = FixedListPolicy.candidates(p, HOPPER)[:8]
+    times = {s.text: HashClock()(s, p) for s in fixed}
+    order = sorted(times, key=times.get)
+    # The fastest passes the screen (no edges) but fails the full pass's edge shapes.
+    fake_gpu(HashClock(faults={order[0]: "wrong_edges"}))
+    db, reg = tmp_path / "run.db", tmp_path / "reg"
+    r = _invoke("--shapes", p.shape, "--budget", 8, "--seed-list", "fixed:8", "--recheck", 1,
+                "--store", db, "--registry", reg)
+    assert r.exit_code == 0, r.output
+    full = {m.spec: m for m in _rows(db, p, "full")}
+    assert list(full) == order[:2]                      # the next fastest was re-checked in a second round
+    assert full[order[0]].status == "wrong" and "edges" in full[order[0]].reason
+    e = Registry.load(reg).lookup(p, HOPPER.key)
+    assert e.spec == order[1]
+    assert e.check["passed"] and "edges" in _checks(e)
+
+
+def test_nothing_passing_the_full_check_files_cublas(fake_gpu, tmp_path):
+    p = SHAPES[1]
+    fixed = FixedListPolicy.candidates(p, HOPPER)[:8]
+    fake_gpu(HashClock(faults={s.text: "wrong_edges" for s in fixed}))
+    db, reg = tmp_path / "run.db", tmp_path / "reg"
+    r = _invoke("--shapes", p.shape, "--budget", 8, "--seed-list", "fixed:8", "--recheck", 2,
+                "--store", db, "--registry", reg)
+    assert r.exit_code == 0, r.output
+    assert len(_rows(db, p, "full")) == 6               # 2 per round, 3 rounds, all failed
+    e = Registry.load(reg).lookup(p, HOPPER.key)
+    base = HashClock().baselines(p)
+    assert e.backend == "cublas" and e.best_cublas_us == pytest.approx(min(base.values()))
+    with Store(db) as st:
+        assert st.shapes()[p.text]["failures_full"] == {"wrong: edges": 6}
+
+
+class SlowOn(HashClock):
+    """HashClock whose evaluations of one shape take `delay` seconds each while `slow` is set."""
+
+    def __init__(self, problem, delay):
+        super().__init__()
+        self.problem, self.delay, self.slow = problem.text, delay, True
+
+    def __call__(self, spec, problem):
+        import time
+        if self.slow and str(problem) == self.problem:
+            time.sleep(self.delay)
+        return super().__call__(spec, problem)
+
+
+def test_time_limit_stops_cleanly_and_resume_finishes_without_remeasuring(fake_gpu, tmp_path):
+    # The first shape is quick; the second needs ~12 x 0.5 s, so a 4 s limit ends the run inside it.
+    clock = SlowOn(SHAPES[1], 0.5)
+    made = fake_gpu(clock)
+    db, reg = tmp_path / "run.db", tmp_path / "reg"
+    args = ["--shapes", ",".join(p.shape for p in SHAPES), "--budget", 10, "--group", 2,
+            "--seed-list", "fixed:6", "--store", db, "--registry", reg]
+    r = _invoke(*args, "--time-limit", 4)
+    clock.slow = False
+    assert r.exit_code == 0, r.output
+    assert "stopped at the time limit" in r.output
+    with Store(db) as st:
+        first = set(st.shapes())
+        before = {m.key() + (m.meta["profile"]["name"],) for m in st.measurements()}
+    assert first == {SHAPES[0].text}
+    calls_before = made[0].calls
+    r = _invoke(*args, "--resume")
+    assert r.exit_code == 0, r.output
+    assert f"{len(first)} shapes already finished" in r.output
+    with Store(db) as st:
+        assert set(st.shapes()) == {p.text for p in SHAPES}
+        rows = st.measurements()
+        run2 = st.runs()[-1]["id"]
+    keys = [m.key() + (m.meta["profile"]["name"],) for m in rows]
+    assert len(keys) == len(set(keys))                  # nothing measured twice under one profile
+    assert before <= set(keys)
+    assert not [m for m in rows if m.run_id == run2 and m.problem in first]   # finished shapes untouched
+    for p in SHAPES:
+        screened = [m for m in rows if m.problem == p.text and m.meta["profile"]["name"] == "screen"]
+        assert len(screened) == 10                      # the budget spans the interrupted and resumed runs
+    assert calls_before > 0 and made[1].calls > 0
+
+
+def test_bad_options_are_one_line_errors(fake_gpu, tmp_path):
+    fake_gpu(HashClock())
+    for opt, val, words in (("--seed-list", "best:4", "fixed:N"), ("--screen-ms", 0, "--screen-ms"),
+                            ("--time-limit", -1, "--time-limit"), ("--recheck", 0, "--recheck")):
+        r = _invoke("--shapes", "64x64x64", "--store", tmp_path / "s.db", opt, val)
+        assert r.exit_code == 2 and words in r.output, (opt, r.output)
+        assert len(r.output.strip().splitlines()) == 1
+
+
+def test_parse_seed_list():
+    assert parse_seed_list("none") == 0 and parse_seed_list("fixed:12") == 12
+    for bad in ("fixed:", "fixed:-1", "random:3"):
+        with pytest.raises(SeedListError):
+            parse_seed_list(bad)
