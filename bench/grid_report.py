@@ -1,0 +1,222 @@
+"""Issue 7's report: the grid search's outcome, from its store, registry and the grid compare.
+
+  python3 bench/grid_report.py --store run/grid.db --registry run/registry \
+      --compare run/compare/compare_grid.json --out bench/results/h200-sm90/grid_search
+
+No GPU: it reads what the device runs wrote (bench/grid_search.sh). Writes to --out:
+  search_log.csv   one row per searched shape: evaluations (screen + full), failures by reason,
+                   evaluator seconds per phase, wall seconds, the screened and the fully checked
+                   winner, its speedup in the search, what was filed, whether the winner was one
+                   of the fixed-list seeds or a policy proposal
+  report.json      the summaries below, machine-readable
+  report.md        the same as tables (the README quotes it)
+  search_vs_cublas.png  per shape: the search's best kernel / best-cublas against GFLOP
+
+Speedups come from the compare run only (one run, baselines interleaved). A shape whose entry
+says cuBLAS has no cudal2 time there; it is counted two ways:
+  counted     as 1.00x of best-cublas (the issue's rule: dispatch "uses cuBLAS" there), and
+              against another baseline as t_baseline / t_best-cublas;
+  dispatched  at torch.matmul's measured time, which is what cudal2.matmul really calls there.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+MODES = {"offline": "median_us", "server": "mean_us"}
+CLASSES = ("<1GF", "1-100GF", ">100GF")
+
+
+def _klass(gflop: float) -> str:
+    return CLASSES[0] if gflop < 1 else CLASSES[1] if gflop <= 100 else CLASSES[2]
+
+
+def _summ(vals: dict[str, float]) -> dict | None:
+    if not vals:
+        return None
+    xs = sorted(vals.items(), key=lambda kv: kv[1])
+    g = math.exp(sum(math.log(v) for _, v in xs) / len(xs))
+    return {"n": len(xs), "geomean": g, "mean": sum(v for _, v in xs) / len(xs), "worst": xs[0][1],
+            "worst_shape": xs[0][0], "best": xs[-1][1], "best_shape": xs[-1][0],
+            "share_faster": sum(v > 1.0 for _, v in xs) / len(xs)}
+
+
+def ratios(rows: list[dict], mode: str, baseline: str | None, how: str) -> dict[str, float]:
+    """shape -> t_baseline / t_cudal2-dispatch (baseline None: best-cublas)."""
+    key = MODES[mode]
+    out = {}
+    for r in rows:
+        best = r.get(f"{mode}_best_cublas_us")
+        base = best if baseline is None else r.get(f"{mode}_{baseline}_{key}")
+        if not best or not base:
+            continue
+        t = r.get(f"{mode}_cudal2_{key}")
+        if t is None:          # a cuBLAS entry: no kernel of ours runs on this shape
+            t = best if how == "counted" else r.get(f"{mode}_torch_{key}")
+        if t:
+            out[r["shape"]] = base / t
+    return out
+
+
+def by_class(vals: dict[str, float], gflop: dict[str, float]) -> dict:
+    out = {"all": _summ(vals)}
+    for c in CLASSES:
+        out[c] = _summ({s: v for s, v in vals.items() if _klass(gflop[s]) == c})
+    return out
+
+
+def search_log(store_path: str, device: str) -> list[dict]:
+    from cudal2.device import DeviceInfo
+    from cudal2.problems import Problem
+    from cudal2.rl.search import FixedListPolicy
+    from cudal2.store import Store
+    with Store(store_path) as st:
+        shapes = st.shapes(device)
+        runs = st.runs()
+    rows = []
+    for text, o in shapes.items():
+        p = Problem.parse(text)
+        cfg = next(r["config"] for r in runs if r["id"] == o["run_id"])
+        dev = DeviceInfo.from_dict(cfg["device_info"])
+        backends = ("triton", "cuda") if cfg["backend"] == "both" else (cfg["backend"],)
+        seeds = {s.text for s in FixedListPolicy.candidates(p, dev, backends)[:o["seeded"]]}
+        w = o.get("winner_spec")
+        rows.append({
+            "shape": p.shape, "M": p.M, "N": p.N, "K": p.K, "gflop": p.flops / 1e9, "class": _klass(p.flops / 1e9),
+            "evaluations": o["evaluations"], "full_evaluations": o["full_evaluations"],
+            "failures": json.dumps({**o["failures_screen"], **{f"full {k}": v for k, v in o["failures_full"].items()}}),
+            "evaluator_s": o["evaluator_s"], **{f"{k}_s": v for k, v in o["phase_s"].items()}, "wall_s": o["wall_s"],
+            "screen_spec": o.get("screen_spec"), "screen_speedup": o.get("screen_speedup"),
+            "winner_spec": w, "winner_us": o.get("winner_us"), "best_cublas_us": o.get("best_cublas_us"),
+            "search_speedup": o.get("full_speedup"), "filed": o["filed"],
+            "winner_from": None if not w else "seed" if w in seeds else "policy",
+            "winner_family": w.split()[1].split("=")[1] if w else None, "run_id": o["run_id"]})
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--registry", required=True)
+    ap.add_argument("--compare", required=True, help="compare_grid.json of bench/grid_baselines.py --registry")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="h200-sm90")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    log = search_log(args.store, args.device)
+    if not log:
+        print(f"error: {args.store} has no finished shapes on {args.device}", file=sys.stderr)
+        return 2
+    with (out / "search_log.csv").open("w", newline="") as f:
+        cols = list(dict.fromkeys(k for r in log for k in r))
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(log)
+
+    cmp = json.loads(Path(args.compare).read_text())
+    rows = cmp["rows"]
+    gflop = {r["shape"]: r["gflop"] for r in rows}
+    names = [n for n in cmp["config"]["baselines"] if any(r.get(f"offline_{n}_median_us") for r in rows)]
+    idx = json.loads((Path(args.registry) / "index.json").read_text())
+    entries = idx["devices"][args.device]["entries"]
+    rep: dict = {"device": args.device, "compare_config": cmp["config"], "peak": cmp["peak"],
+                 "compare_wall_s": cmp.get("wall_s_total"), "shapes_compared": len(rows),
+                 "shapes_searched": len(log), "speedups": {}}
+    for mode in MODES:
+        for how in ("counted", "dispatched"):
+            for b in [None, *names]:
+                label = f"{mode} {how} vs {b or 'best-cublas'}"
+                rep["speedups"][label] = by_class(ratios(rows, mode, b, how), gflop)
+    filed = Counter(e["backend"] for e in entries.values())
+    kernel_rows = [r for r in rows if r.get("offline_cudal2_median_us")]
+    rep["entries"] = dict(filed)
+    rep["kernel_beats_best_cublas"] = {m: sum(r.get(f"{m}_cudal2_vs_best", 0) > 1.0 for r in kernel_rows) for m in MODES}
+    rep["winner_from"] = dict(Counter(r["winner_from"] for r in log if r["filed"].startswith("filed")
+                                      and "cublas" not in r["filed"]))
+    rep["best_found_from"] = dict(Counter(r["winner_from"] for r in log if r["winner_from"]))
+    tf = {}
+    for r in rows:
+        if r["M"] == r["N"] == r["K"] and r["M"] in (4096, 8192):
+            t = r.get("offline_cudal2_median_us") or r["offline_best_cublas_us"]
+            tf[r["shape"]] = {"dispatch": "cudal2" if r.get("offline_cudal2_median_us") else r["offline_best_cublas"],
+                              "tflops": 2 * r["M"] ** 3 / t / 1e6}
+    rep["cubes_tflops"] = tf
+    # The search's own view (screen + full pass), for every searched shape: how close it came.
+    sp = {r["shape"]: r["search_speedup"] for r in log if r["search_speedup"]}
+    rep["search_best_vs_best_cublas"] = by_class(sp, {r["shape"]: r["gflop"] for r in log})
+    ph: Counter = Counter()
+    fails: Counter = Counter()
+    for r in log:
+        ph.update({k[:-2]: r[k] for k in r if k.endswith("_s") and k not in ("wall_s", "evaluator_s") and r[k]})
+        fails.update(json.loads(r["failures"]))
+    rep["search_cost"] = {"wall_s": round(sum(r["wall_s"] for r in log), 1),
+                          "evaluator_s": round(sum(r["evaluator_s"] for r in log), 1),
+                          "phase_s": {k: round(v, 1) for k, v in ph.items()},
+                          "gpu_worker_s": round(sum(ph.get(k, 0) for k in ("prepare", "check", "time")), 1),
+                          "evaluations": sum(r["evaluations"] + r["full_evaluations"] for r in log),
+                          "failures": dict(fails)}
+    (out / "report.json").write_text(json.dumps(rep, indent=1, default=str))
+    (out / "report.md").write_text(markdown(rep))
+    plot(log, out / "search_vs_cublas.png")
+    print(markdown(rep))
+    return 0
+
+
+def _fmt(s: dict | None) -> str:
+    if not s:
+        return "-"
+    return f"{s['geomean']:.3f} / {s['mean']:.3f} / {s['worst']:.3f} ({s['n']})"
+
+
+def markdown(rep: dict) -> str:
+    lines = [f"Speedup of cudal2's dispatch over each baseline on the {rep['shapes_compared']} searched grid shapes "
+             "(nn), geomean / mean / worst (shapes); one compare run, baselines interleaved.", "",
+             "| mode | counted as | vs | all | <1 GFLOP | 1-100 GFLOP | >100 GFLOP |", "|---|---|---|---|---|---|---|"]
+    for label, by in rep["speedups"].items():
+        mode, how, _, base = label.split(" ", 3)
+        lines.append(f"| {mode} | {how} | {base} | " + " | ".join(_fmt(by.get(c)) for c in ("all", *CLASSES)) + " |")
+    s = rep["search_best_vs_best_cublas"]
+    lines += ["", "The search's best fully checked kernel / best-cublas (its own measurement, every searched shape): "
+              + "; ".join(f"{c} {_fmt(s.get(c))}" for c in ("all", *CLASSES)), "",
+              f"Registry entries: {rep['entries']}; a kernel beats best-cublas in the compare on "
+              f"{rep['kernel_beats_best_cublas']['offline']} shapes offline, {rep['kernel_beats_best_cublas']['server']} server. "
+              f"Filed kernels came from: {rep['winner_from']}; the best kernel per shape (filed or not) from: "
+              f"{rep['best_found_from']}.", ""]
+    for shape, v in rep["cubes_tflops"].items():
+        lines.append(f"- {shape}: {v['tflops']:.0f} TFLOP/s offline via {v['dispatch']}")
+    c = rep["search_cost"]
+    lines += ["", f"Search cost: {c['evaluations']} evaluations, {c['wall_s']:.0f} s of search wall time, evaluator "
+              f"{c['evaluator_s']:.0f} s ({', '.join(f'{k} {v:.0f}' for k, v in c['phase_s'].items())}; GPU worker "
+              f"{c['gpu_worker_s']:.0f} s); compare {rep['compare_wall_s']} s. Failures: {c['failures'] or 'none'}."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(log: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for fam, colour in (("tiled", "tab:blue"), ("persistent", "tab:green"), ("mma", "tab:orange"), ("wgmma", "tab:red")):
+        pts = [(r["gflop"], r["search_speedup"]) for r in log if r["winner_family"] == fam and r["search_speedup"]]
+        if pts:
+            ax.scatter(*zip(*pts), s=12, c=colour, label=fam)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("GFLOP")
+    ax.set_ylabel("best kernel / best-cublas (search, full pass)")
+    ax.legend(title="winner family")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""bench/grid_report.py: the two counting rules for cuBLAS entries, exactly, and the report end to end
+from a stub-clock generate run (its store and registry) and a hand-made compare file."""
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from cudal2.problems import Problem
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("grid_report", ROOT / "bench" / "grid_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _row(p: Problem, times: dict, kernel: float | None) -> dict:
+    """A compare row (cli_compare.measure_shape's columns used by the report): offline medians and
+    server means equal, best-cublas the fastest baseline."""
+    best = min(times, key=times.get)
+    r = {"shape": p.shape, "M": p.M, "N": p.N, "K": p.K, "gflop": p.flops / 1e9}
+    for mode, key in (("offline", "median_us"), ("server", "mean_us")):
+        r[f"{mode}_best_cublas"], r[f"{mode}_best_cublas_us"] = best, times[best]
+        for n, t in times.items():
+            r[f"{mode}_{n}_{key}"] = t
+        if kernel is not None:
+            r[f"{mode}_cudal2_{key}"] = kernel
+            r[f"{mode}_cudal2_vs_best"] = times[best] / kernel
+    return r
+
+
+A, B = Problem(256, 128, 64), Problem(4096, 4096, 4096)
+
+
+def test_cublas_entries_count_as_best_cublas_or_at_torch_time():
+    gr = _module()
+    rows = [_row(A, {"torch": 12.0, "cublas-nn": 10.0}, kernel=8.0),
+            _row(B, {"torch": 6.0, "cublas-nn": 5.0}, kernel=None)]      # a cuBLAS entry
+    for mode in ("offline", "server"):
+        assert gr.ratios(rows, mode, None, "counted") == {A.shape: 10 / 8, B.shape: 1.0}
+        assert gr.ratios(rows, mode, None, "dispatched") == {A.shape: 10 / 8, B.shape: 5 / 6}
+        assert gr.ratios(rows, mode, "torch", "counted") == {A.shape: 12 / 8, B.shape: 6 / 5}
+        assert gr.ratios(rows, mode, "torch", "dispatched") == {A.shape: 12 / 8, B.shape: 1.0}
+    s = gr.by_class(gr.ratios(rows, "offline", None, "counted"), {A.shape: A.flops / 1e9, B.shape: B.flops / 1e9})
+    assert s["all"]["geomean"] == pytest.approx((10 / 8) ** 0.5) and s["all"]["worst_shape"] == B.shape
+    assert s["<1GF"]["n"] == 1 and s[">100GF"]["n"] == 1 and s["1-100GF"] is None
+
+
+def test_report_from_a_stub_generate_run(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from cudal2.cli import app
+    from cudal2.device import DeviceInfo
+    from cudal2.fake_evaluator import FakeEvaluator
+    from cudal2.gpu_worker import HashClock
+    from cudal2.registry import Registry
+    hopper = DeviceInfo.target("sm_90a")
+    monkeypatch.setattr("cudal2.evaluate.make_evaluator",
+                        lambda cluster=None, **kw: FakeEvaluator(HashClock(), hopper, early_stop=None))
+    monkeypatch.setattr("cudal2.device.gpu_available", lambda: True)
+    shapes = [A, Problem(300, 200, 1000), Problem(64, 64, 512)]
+    db, reg = tmp_path / "run.db", tmp_path / "reg"
+    r = CliRunner().invoke(app, ["generate", "--shapes", ",".join(p.shape for p in shapes), "--budget", "6",
+                                 "--group", "2", "--seed-list", "fixed:4", "--store", str(db), "--registry", str(reg)])
+    assert r.exit_code == 0, r.output
+    entries = {e.problem: e for e in Registry.load(reg).all(hopper.key)}
+    rows = [_row(p, {"torch": 20.0, "cublas-nn": 18.0}, 15.0 if entries[p.text].backend != "cublas" else None)
+            for p in shapes]
+    cmp = tmp_path / "compare_grid.json"
+    cmp.write_text(json.dumps({"rows": rows, "config": {"baselines": ["torch", "cublas-nn", "cublas-tn"]},
+                               "peak": {}, "wall_s_total": 1.0}))
+    gr = _module()
+    out = tmp_path / "out"
+    assert gr.main(["--store", str(db), "--registry", str(reg), "--compare", str(cmp), "--out", str(out),
+                    "--device", hopper.key]) == 0
+    assert sorted(x.name for x in out.iterdir()) == ["report.json", "report.md", "search_log.csv",
+                                                      "search_vs_cublas.png"]
+    log = list(csv.DictReader((out / "search_log.csv").open()))
+    assert sorted(x["shape"] for x in log) == sorted(p.shape for p in shapes)
+    for x in log:
+        assert int(x["evaluations"]) == 6 and x["winner_from"] in ("seed", "policy")
+    rep = json.loads((out / "report.json").read_text())
+    kernels = sum(e.backend != "cublas" for e in entries.values())
+    assert 0 < kernels < len(shapes)          # both kinds of entry are in the report (HashClock, seeded)
+    assert rep["entries"].get("cublas", 0) == len(shapes) - kernels
+    assert rep["kernel_beats_best_cublas"]["offline"] == kernels        # 15 µs < 18 µs wherever a kernel runs
+    counted = rep["speedups"]["offline counted vs best-cublas"]["all"]
+    assert counted["n"] == 3 and counted["geomean"] == pytest.approx((18 / 15) ** (kernels / 3))
+    assert "cublas-tn" not in " ".join(rep["speedups"])                # a baseline with no times is left out
