@@ -73,7 +73,7 @@ def by_class(vals: dict[str, float], gflop: dict[str, float]) -> dict:
 def search_log(store_path: str, device: str) -> list[dict]:
     from cudal2.device import DeviceInfo
     from cudal2.problems import Problem
-    from cudal2.rl.search import FixedListPolicy
+    from cudal2.rl.staged import parse_seed_list, seed_specs
     from cudal2.store import Store
     with Store(store_path) as st:
         shapes = st.shapes(device)
@@ -84,7 +84,8 @@ def search_log(store_path: str, device: str) -> list[dict]:
         cfg = next(r["config"] for r in runs if r["id"] == o["run_id"])
         dev = DeviceInfo.from_dict(cfg["device_info"])
         backends = ("triton", "cuda") if cfg["backend"] == "both" else (cfg["backend"],)
-        seeds = {s.text for s in FixedListPolicy.candidates(p, dev, backends)[:o["seeded"]]}
+        kind, _ = parse_seed_list(cfg.get("seed_list", "fixed:8"))
+        seeds = {s.text for s in seed_specs(o["seeded"], p, dev, backends, kind)}
         w = o.get("winner_spec")
         rows.append({
             "shape": p.shape, "M": p.M, "N": p.N, "K": p.K, "gflop": p.flops / 1e9, "class": _klass(p.flops / 1e9),

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The grid search of issue 7 in device calls of at most 10 minutes each, resumable between them.
 #
-#   bash bench/grid_search.sh search SECONDS   # cudal2 generate over the grid (spread order), --resume
+#   bash bench/grid_search.sh search SECONDS [SEEDS]  # cudal2 generate over the grid (spread order), --resume;
+#                                                    # SEEDS is its --seed-list (default auto:4)
 #   bash bench/grid_search.sh compare SECONDS  # the registry's kernels beside the five baselines
 #
 # State lives in run/ (git-ignored): run/grid.db (the store: every measurement and the search log)
 # and run/registry/. Both come back packed under $OUT (run.tgz; at most 8 files come back) and go
 # out again with the next call's `carry: ["run", ...]`: unpack run.tgz at the repo root in between.
+# To go on from the committed state of 2026-12-03 (377 shapes searched) in a new session:
+#   mkdir -p run && gunzip -c bench/results/h200-sm90/grid_search/grid_store.db.gz >run/grid.db
+#   tar xzf bench/results/h200-sm90/grid_search/grid_policy_ckpt.tgz    # run/grid.db.ckpt: the policy
+#   cudal2 registry export run/registry                                  # the shipped entries
 # The search's settings are the ones on the command line below; NOTES.md says why each.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -14,13 +19,16 @@ mkdir -p "$OUT" run
 source "$(dirname "$0")/device_env.sh"
 stage=$1
 limit=$2
+seeds=${3:-auto:4}
 case "$stage" in
   search)
     n=$(ls "$OUT"/generate_*.log 2>/dev/null | wc -l)
-    # budget 8 = the fixed list's first 4 (one per family) + one policy group of 4; screen 10 ms;
-    # the fastest screened candidate re-checked in full with 30 ms of timing (replaced if it fails).
+    # budget 8 = 4 seeds + one policy group of 4; screen 10 ms; the fastest screened candidate
+    # re-checked in full with 30 ms of timing (replaced if it fails). Calls 10-13 (2026-12-03) ran
+    # --seed-list fixed:4; auto:4 (split-K seeds on shapes whose tiles cannot fill the SMs, fitting
+    # tiles first) answers what they lost most on, and has not run on a GPU yet.
     timeout $((${limit%.*} + 45)) cudal2 generate --shapes grid --stride 7 --backend both \
-      --budget 8 --group 4 --seed-list fixed:4 --screen-ms 10 --full-ms 30 --recheck 1 \
+      --budget 8 --group 4 --seed-list "$seeds" --screen-ms 10 --full-ms 30 --recheck 1 \
       --store run/grid.db --registry run/registry --resume --time-limit "$limit" \
       >"$OUT/generate_$n.log" 2>"$OUT/generate_$n.err"
     echo "generate exit $?"

@@ -1,6 +1,7 @@
 """The staged search `cudal2 generate` runs per shape: seed, screen, re-check, file.
 
-  1. seed    the first evaluations are the fixed autotune list (`--seed-list fixed:N`), one batch;
+  1. seed    the first evaluations are the fixed autotune list (`--seed-list fixed:N`), one batch,
+             or with `auto:N` the same but split-K seeds on shapes too narrow to fill the SMs;
   2. screen  then the policy's groups (GRPO on each), up to `--budget` evaluations in all; every one
              under the `screen` profile: the five checks at the shape itself (no `edges`) and
              `--screen-ms` of interleaved timing beside the baselines;
@@ -20,12 +21,13 @@ phase, the winner, what was filed); `--resume` skips those shapes.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 
 from cudal2.measurement import Measurement
 from cudal2.problems import Problem
-from cudal2.spec import KernelSpec
+from cudal2.spec import CHOICES, PINNED, KernelSpec, fits, is_valid, with_fields
 
 from .reward import speedup
 from .search import FixedListPolicy, Search
@@ -42,32 +44,89 @@ class SeedListError(ValueError):
     pass
 
 
-def parse_seed_list(text: str) -> int:
-    """'none' -> 0, 'fixed:N' -> N (the first N entries of the fixed autotune list)."""
+SEED_KINDS = ("fixed", "auto")
+
+
+def parse_seed_list(text: str) -> tuple[str, int]:
+    """'none' -> ("fixed", 0); 'fixed:N' / 'auto:N' -> (kind, N)."""
     t = text.strip().lower()
     if t in ("none", "0", ""):
-        return 0
-    if t.startswith("fixed:"):
-        try:
-            n = int(t[6:])
-        except ValueError:
-            n = -1
-        if n >= 0:
-            return n
-    raise SeedListError(f"--seed-list {text!r}: use 'none' or 'fixed:N' (N >= 0)")
+        return "fixed", 0
+    kind, _, num = t.partition(":")
+    if kind in SEED_KINDS and num.isdigit():
+        return kind, int(num)
+    raise SeedListError(f"--seed-list {text!r}: use 'none', 'fixed:N' or 'auto:N' (N >= 0)")
 
 
-def seed_specs(n: int, problem: Problem, device, backends=None) -> list[KernelSpec]:
-    return FixedListPolicy.candidates(problem, device, backends)[:n] if n > 0 else []
+def _ctas(spec: KernelSpec, p: Problem) -> int:
+    return math.ceil(p.M / spec.bm) * math.ceil(p.N / spec.bn) * spec.split_k
 
 
-def profiles(screen_ms: float, full_ms: float) -> tuple[dict, dict]:
+def starved(p: Problem, device) -> bool:
+    """Output tiles that cannot fill the SMs, with a deep K: the class the first grid search lost
+    worst (H200, 2026-12-03, bench/results/h200-sm90/grid_search: ceil(M/128)*ceil(N/128) < SMs and
+    K >= 2048, 117 of 377 shapes, best kernel at 0.51x of best-cublas geomean, where cuBLAS splits K
+    and the fixed list's seeds are all split_k=1). A target without a measured SM count (a CPU
+    replay of an arch) is never starved: the rule needs the real count."""
+    if not device.sm_count:
+        return False
+    return math.ceil(p.M / 128) * math.ceil(p.N / 128) < device.sm_count and p.K >= 2048
+
+
+def split_k_variants(p: Problem, device, backends=None) -> list[KernelSpec]:
+    """Split-K versions of the families that have it (tiled, mma): for each of their preferred
+    tiles the largest split whose CTAs still fit in one wave of the SMs. One per (family, tile),
+    closest to a full wave first, then the larger tile; the families alternate."""
+    best: dict[tuple, KernelSpec] = {}
+    splits = sorted((k for k in CHOICES["split_k"] if k > 1), reverse=True)
+    for s in FixedListPolicy.candidates(p, device, backends):
+        if PINNED[s.family].get("split_k") == 1 or s.split_k != 1:
+            continue
+        for k in splits:
+            v = with_fields(s, split_k=k)
+            if _ctas(v, p) <= device.sm_count and is_valid(v, p, device):
+                best.setdefault((v.family, v.bm, v.bn), v)
+                break
+    rank = sorted(best.values(), key=lambda v: (device.sm_count - _ctas(v, p), -v.bm * v.bn))
+    by_family: dict[str, list] = {}
+    for v in rank:
+        by_family.setdefault(v.family, []).append(v)
+    out = []
+    while any(by_family.values()):
+        for fam in sorted(by_family, key=lambda f: rank.index(by_family[f][0]) if by_family[f] else len(rank)):
+            if by_family[fam]:
+                out.append(by_family[fam].pop(0))
+    return out
+
+
+def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fixed") -> list[KernelSpec]:
+    """The first evaluations of a shape, known before anything is measured (so they compile ahead).
+    fixed: the fixed autotune list's first n. auto: the fixed list with the tiles that fit the shape
+    first (of the 377 winners of the first grid search, 4 were seed tiles larger than the shape),
+    and on a starved shape (see `starved`) the second half split-K variants that fill the SMs."""
+    if n <= 0:
+        return []
+    fixed = FixedListPolicy.candidates(problem, device, backends)
+    if kind == "fixed":
+        return fixed[:n]
+    ordered = [s for s in fixed if fits(problem, s)] + [s for s in fixed if not fits(problem, s)]
+    split = split_k_variants(problem, device, backends) if starved(problem, device) else []
+    keep = [s for s in ordered if s.split_k == 1][: n - min(n // 2, len(split))] if split else ordered[:n]
+    return (keep + [v for v in split if v not in keep])[:n]
+
+
+def profiles(screen_ms: float, full_ms: float, screen_max_calls: int | None = None) -> tuple[dict, dict]:
     """The two profiles' settings (SharedEvaluator.add_profile keywords). Early stop is off in both:
-    a kernel's status would otherwise depend on what was measured before it."""
+    a kernel's status would otherwise depend on what was measured before it. `screen_max_calls`
+    caps the screen's calls per function (tiny kernels: see gpu_worker.time_batch); the full pass
+    has no cap, as the PROTOCOL asks."""
     if screen_ms <= 0 or full_ms <= 0:
         raise ValueError(f"--screen-ms and --full-ms must be > 0 (got {screen_ms}, {full_ms})")
     common = {"min_calls": 30, "warmup": 3, "early_stop": None}
-    return ({"checks": SCREEN_CHECKS, "min_ms": float(screen_ms), **common},
+    if screen_max_calls is not None and screen_max_calls < common["min_calls"]:
+        raise ValueError(f"--screen-max-calls must be >= {common['min_calls']} (got {screen_max_calls})")
+    cap = {"max_calls": int(screen_max_calls)} if screen_max_calls else {}
+    return ({"checks": SCREEN_CHECKS, "min_ms": float(screen_ms), **common, **cap},
             {"checks": ALL_CHECKS, "min_ms": float(full_ms), **common})
 
 

@@ -4,6 +4,9 @@ of the fastest screened candidates, what gets filed, the time limit and --resume
 The GPU evaluator is replaced by FakeEvaluator over gpu_worker.HashClock (µs from a hash of spec and
 shape, a 1x-4x spread between specs; baselines at 1.8x / 1.9x the spread's floor), so the order of
 candidates, the winner and its margin over best-cublas are known exactly."""
+import dataclasses
+import math
+
 import pytest
 
 from cudal2.device import DeviceInfo
@@ -12,7 +15,8 @@ from cudal2.gpu_worker import HashClock
 from cudal2.problems import Problem
 from cudal2.registry import Registry
 from cudal2.rl.search import FixedListPolicy
-from cudal2.rl.staged import parse_seed_list, SeedListError
+from cudal2.rl.staged import SeedListError, parse_seed_list, seed_specs, starved
+from cudal2.spec import is_valid
 from cudal2.store import Store
 
 HOPPER = DeviceInfo.target("sm_90a")
@@ -25,9 +29,9 @@ def fake_gpu(monkeypatch):
     """Install a FakeEvaluator over `clock` as generate's evaluator; returns the evaluators made."""
     made = []
 
-    def install(clock):
+    def install(clock, device=HOPPER):
         def make(cluster=None, **kw):
-            made.append(FakeEvaluator(clock, HOPPER, early_stop=None))
+            made.append(FakeEvaluator(clock, device, early_stop=None))
             return made[-1]
         monkeypatch.setattr("cudal2.evaluate.make_evaluator", make)
         monkeypatch.setattr("cudal2.device.gpu_available", lambda: True)
@@ -178,7 +182,74 @@ def test_bad_options_are_one_line_errors(fake_gpu, tmp_path):
 
 
 def test_parse_seed_list():
-    assert parse_seed_list("none") == 0 and parse_seed_list("fixed:12") == 12
-    for bad in ("fixed:", "fixed:-1", "random:3"):
+    assert parse_seed_list("none") == ("fixed", 0)
+    assert parse_seed_list("fixed:12") == ("fixed", 12) and parse_seed_list("auto:4") == ("auto", 4)
+    for bad in ("fixed:", "fixed:-1", "random:3", "auto"):
         with pytest.raises(SeedListError):
             parse_seed_list(bad)
+
+
+H200 = dataclasses.replace(HOPPER, name="NVIDIA H200", sm_count=132)     # the SM count the rule reads
+
+
+@pytest.mark.parametrize("shape", ["64x64x16384", "128x4096x16384", "4096x128x8192", "256x4096x4096"])
+def test_auto_seeds_split_k_where_the_tiles_cannot_fill_the_sms(shape):
+    p = Problem.parse(shape)
+    assert starved(p, H200)
+    seeds = seed_specs(4, p, H200, ("triton", "cuda"), "auto")
+    assert len(seeds) == 4 == len({s.text for s in seeds})
+    assert all(is_valid(s, p, H200) for s in seeds)
+    split = [s for s in seeds if s.split_k > 1]
+    assert len(split) == 2 and {s.family for s in split} <= {"tiled", "mma"}
+    for s in split:
+        ctas = math.ceil(p.M / s.bm) * math.ceil(p.N / s.bn) * s.split_k
+        assert ctas <= H200.sm_count < 2 * ctas      # the largest split that still fits one wave
+    assert any(s.split_k == 1 for s in seeds)         # and the ordinary seeds beside them
+
+
+def test_auto_seeds_elsewhere_are_the_fixed_list_with_fitting_tiles_first():
+    big = Problem(4096, 4096, 4096)
+    assert not starved(big, H200)
+    assert seed_specs(4, big, H200, kind="auto") == seed_specs(4, big, H200, kind="fixed")
+    small = Problem(64, 64, 64)
+    auto = seed_specs(4, small, H200, kind="auto")
+    assert all(s.bm <= 64 and s.bn <= 64 for s in auto)
+    assert not all(s.bm <= 64 for s in seed_specs(4, small, H200, kind="fixed"))
+    # Without a measured SM count (an arch target) the starvation rule cannot be applied.
+    assert not starved(Problem(64, 64, 16384), HOPPER)
+
+
+def test_generate_uses_auto_seeds(fake_gpu, tmp_path):
+    fake_gpu(HashClock(), device=H200)
+    p = Problem(64, 64, 16384)
+    r = _invoke("--shapes", p.shape, "--budget", 4, "--seed-list", "auto:4", "--store", tmp_path / "s.db",
+                "--registry", tmp_path / "reg")
+    assert r.exit_code == 0, r.output
+    screen = [m.spec for m in _rows(tmp_path / "s.db", p, "screen")]
+    assert screen == [s.text for s in seed_specs(4, p, H200, ("triton", "cuda"), "auto")]
+    assert sum(" split_k=16 " in t for t in screen) == 2
+
+
+def test_screen_max_calls_reaches_the_timer_of_the_screen_only(fake_gpu, tmp_path):
+    from cudal2.gpu_worker import time_batch
+
+    class Recording:
+        def __init__(self):
+            self.kw = []
+
+        def offline(self, names, **kw):
+            self.kw.append(kw)
+            return {n: {"median_us": 1.0} for n in names}
+
+    t = Recording()
+    time_batch(t, ["k"], ["torch"], {"early_stop": None, "min_calls": 30, "min_ms": 10.0, "warmup": 3,
+                                     "max_calls": 300}, None)
+    assert t.kw == [{"min_calls": 30, "min_ms": 10.0, "warmup": 3, "max_calls": 300}]
+    made = fake_gpu(HashClock())
+    r = _invoke("--shapes", "64x64x64", "--budget", 2, "--seed-list", "fixed:2", "--screen-max-calls", 300,
+                "--store", tmp_path / "s.db", "--registry", tmp_path / "reg")
+    assert r.exit_code == 0, r.output
+    assert made[0].profiles["screen"][1]["max_calls"] == 300
+    assert "max_calls" not in made[0].profiles["full"][1]
+    r = _invoke("--shapes", "64x64x64", "--screen-max-calls", 10, "--store", tmp_path / "s.db")
+    assert r.exit_code == 2 and "--screen-max-calls" in r.output

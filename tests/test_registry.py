@@ -43,6 +43,18 @@ def test_round_trip(tmp_path):
     assert got.speedup() == pytest.approx(12.0 / 10.0)
     cub = back.lookup(Problem(64, 64, 64), DEV)
     assert cub.backend == "cublas" and cub.source is None
+
+
+def test_entries_with_one_source_share_one_file(tmp_path):
+    reg = Registry.load(tmp_path)
+    a = reg.add(entry("256x128x64"), src("same"))
+    b = reg.add(entry("512x512x64"), src("same"))
+    c = reg.add(entry("64x64x64"), src("other"))
+    assert a.source == b.source != c.source
+    assert sorted(x.name for x in (tmp_path / "kernels_triton" / "generated" / DEV).iterdir()) == \
+        sorted({a.source.rsplit("/", 1)[1], c.source.rsplit("/", 1)[1]})
+    back = Registry.load(tmp_path)
+    assert back.read_source(back.lookup(Problem(512, 512, 64), DEV)) == src("same")
     assert back.lookup(Problem(64, 64, 64, "nt"), DEV) is None      # layout is part of the key
     assert back.lookup(Problem(256, 512, 128, "nt"), "a100-sm80") is None
 

@@ -1,8 +1,8 @@
 """`cudal2 generate`: the RL search over kernels for a set of shapes, winners filed in the registry.
 
   cudal2 generate --backend triton|cuda|both --shapes grid|grid:N|FILE|MxNxK,... [--layout nn|nt]
-                  [--budget N] [--group G] [--seed-list fixed:N|none] [--screen-ms MS] [--full-ms MS]
-                  [--recheck K] [--time-limit S] [--stride S] [--policy default|hf:PATH] [--store PATH]
+                  [--budget N] [--group G] [--seed-list fixed:N|auto:N|none] [--screen-ms MS]
+                  [--screen-max-calls N] [--full-ms MS] [--recheck K] [--time-limit S] [--stride S] [--policy default|hf:PATH] [--store PATH]
                   [--registry PATH] [--resume] [--replay STORE] [--cluster ray[:ADDR]] [--seed S]
 
 Per shape (rl/staged.py): the fixed list's first N specs, then policy groups (GRPO on each) up to
@@ -78,9 +78,12 @@ def generate_cmd(
     cluster: Optional[str] = typer.Option(None, "--cluster", help="ray or ray:ADDRESS to evaluate on a Ray cluster"),
     seed: int = typer.Option(0, "--seed", help="seed of the policy's initialisation and sampling"),
     workers: Optional[int] = typer.Option(None, "--workers", help="CPU compile workers (default: all cores)"),
-    seed_list: str = typer.Option("fixed:8", "--seed-list", help="evaluate first, per shape: fixed:N (the fixed autotune list's first N) or none"),
+    seed_list: str = typer.Option("fixed:8", "--seed-list", help="evaluate first, per shape: fixed:N (the fixed autotune list's first N), auto:N (the same, with "
+                             "split-K seeds where the output tiles cannot fill the SMs and K is deep) or none"),
     screen_ms: float = typer.Option(10.0, "--screen-ms", help="timing per function in the screen of every proposal (ms)"),
     full_ms: float = typer.Option(100.0, "--full-ms", help="timing per function in the full re-check of the fastest (ms)"),
+    screen_max_calls: Optional[int] = typer.Option(None, "--screen-max-calls", help="cap on the screen's timed calls per "
+                                                   "function (default none: tiny kernels then take thousands)"),
     recheck_k: int = typer.Option(2, "--recheck", help="screened candidates per shape that get the full re-check"),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="seconds; stop cleanly after that (resume later)"),
     stride: int = typer.Option(1, "--stride", help="visit shape i*STRIDE mod n (coprime to n, e.g. 7): a time-limited "
@@ -96,8 +99,8 @@ def generate_cmd(
         fail(f"--budget, --group and --recheck must be >= 1 (got {budget}, {group}, {recheck_k})")
     from .rl.staged import SeedListError, parse_seed_list, profiles
     try:
-        n_seed = parse_seed_list(seed_list)
-        prof = profiles(screen_ms, full_ms)
+        seed_kind, n_seed = parse_seed_list(seed_list)
+        prof = profiles(screen_ms, full_ms, screen_max_calls)
     except (SeedListError, ValueError) as e:
         fail(str(e))
     if time_limit is not None and time_limit <= 0:
@@ -152,7 +155,7 @@ def generate_cmd(
     config = {"command": "generate", "backend": backend, "shapes": shapes, "layout": layout, "budget": budget,
               "group": group, "policy": policy, "replay": replay, "cluster": cluster, "seed": seed,
               "resume": resume, "device_info": device.to_dict(), "seed_list": seed_list, "screen_ms": screen_ms,
-              "full_ms": full_ms, "recheck": recheck_k, "time_limit": time_limit, "stride": stride}
+              "full_ms": full_ms, "screen_max_calls": screen_max_calls, "recheck": recheck_k, "time_limit": time_limit, "stride": stride}
     run_id = store.new_run(config, device=device_key, versions=versions)
     from .rl.shared_eval import SharedEvaluator
     deadline = t_start + time_limit if time_limit else None
@@ -160,7 +163,7 @@ def generate_cmd(
     shared.add_profile("screen", **prof[0])
     shared.add_profile("full", **prof[1])
     opts = {"budget": budget, "group": group, "backends": _BACKENDS[backend], "seed": seed, "resume": resume,
-            "registry": registry, "n_seed": n_seed, "recheck": recheck_k, "deadline": deadline}
+            "registry": registry, "n_seed": n_seed, "seed_kind": seed_kind, "recheck": recheck_k, "deadline": deadline}
     try:
         results, left = _search(pol, shared, device, device_key, store, run_id, problems, opts)
     except ValueError as e:          # e.g. no valid spec of the backend for a shape
@@ -211,7 +214,7 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
     if done:
         console.print(f"--resume: {len(problems) - len(todo)} shapes already finished in the store, skipped")
         prog.update(task, completed=len(problems) - len(todo))
-    seeds = lambda p: seed_specs(o["n_seed"], p, device, o["backends"])  # noqa: E731
+    seeds = lambda p: seed_specs(o["n_seed"], p, device, o["backends"], o["seed_kind"])  # noqa: E731
     left = 0
     with prog:
         for i, p in enumerate(todo):

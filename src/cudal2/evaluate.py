@@ -45,7 +45,7 @@ __all__ = ["Evaluator", "Measurement", "STATUSES", "EvaluatorError", "make_evalu
 DEFAULT_BASELINES = ("torch", "cublas-nn", "cublas-tn", "cublaslt-heuristic", "cublaslt-autotune")
 DEFAULT_CHECKS = ("random", "exact", "poison", "guard", "fresh", "edges")
 # The timing knobs a profile may set (gpu_worker.time_batch reads them).
-TIMING_KEYS = ("early_stop", "early_calls", "early_ms", "min_calls", "min_ms", "warmup", "modes")
+TIMING_KEYS = ("early_stop", "early_calls", "early_ms", "min_calls", "min_ms", "max_calls", "warmup", "modes")
 
 
 def _check_early_stop(early_stop) -> None:
@@ -69,6 +69,8 @@ def profile_cfgs(check_cfg: dict, time_cfg: dict, checks=None, timing: dict | No
     _check_early_stop(tim.get("early_stop"))
     if tim.get("min_calls", 1) < 1 or tim.get("min_ms", 0.0) < 0:
         raise ValueError("min_calls must be >= 1 and min_ms >= 0")
+    if tim.get("max_calls") is not None and tim["max_calls"] < tim.get("min_calls", 1):
+        raise ValueError(f"max_calls ({tim['max_calls']}) must be >= min_calls ({tim.get('min_calls', 1)})")
     chk = {**check_cfg, "checks": checks if checks is not None else tuple(check_cfg["checks"])}
     return chk, tim
 

@@ -60,8 +60,11 @@ def time_batch(timer, cands: list[str], baselines: list[str], cfg: dict, best_us
                 survivors.append(c)
     base_us: dict[str, float] = {}
     if survivors or baselines:
+        # max_calls caps a function's calls where min_ms would ask for thousands of a tiny kernel:
+        # each call costs ~20-40 us of host time however short the kernel (NOTES.md, 2026-12-03).
+        cap = {"max_calls": cfg["max_calls"]} if cfg.get("max_calls") else {}
         full = timer.offline(survivors + baselines, min_calls=cfg["min_calls"], min_ms=cfg["min_ms"],
-                             warmup=cfg["warmup"])
+                             warmup=cfg["warmup"], **cap)
         base_us = {b: full[b]["median_us"] for b in baselines}
         for c in survivors:
             out[c] = {"status": "ok", "times": {"offline": full[c]}}

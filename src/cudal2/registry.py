@@ -4,8 +4,8 @@ Layout of a registry root (a directory):
 
   index.json                                   {"format": "cudal2-registry", "version": 1,
                                                 "devices": {"h200-sm90": {"entries": {"MxNxK:nt": {...}}}}}
-  kernels_triton/generated/<device>/<file>.py  generated Triton sources
-  kernels_cuda/generated/<device>/<file>.cu    generated CUDA sources
+  kernels_triton/generated/<device>/<sha>.py   generated Triton sources, named by their content's
+  kernels_cuda/generated/<device>/<sha>.cu     sha256 (entries with the same source share a file)
 
 Path resolution: an entry's `source` is always the relative POSIX path above
 (`kernels_<backend>/generated/<device>/<file>`). In a user registry (`--registry PATH`,
@@ -285,7 +285,9 @@ class Registry:
             if not source_text:
                 raise RegistryError(f"{entry.key}: a {entry.backend} entry needs its source text")
             entry.sha256 = sha256_text(source_text)
-            name = f"{entry.problem.replace(':', '_')}_{entry.sha256[:12]}{SUFFIX[entry.backend]}"
+            # Content-addressed: problems whose winners render the same text share one file (in the
+            # first H200 grid registry 14 of 33 kernel entries had the same source).
+            name = f"{entry.sha256[:16]}{SUFFIX[entry.backend]}"
             entry.source = f"kernels_{entry.backend}/generated/{entry.device}/{name}"
         else:
             entry.source = entry.sha256 = None

@@ -361,10 +361,14 @@ _PREFERRED = {
 }
 
 
+def fits(problem: Problem, spec: KernelSpec) -> bool:
+    """The tile is no larger than the problem rounded up to a power of two (a larger one computes
+    mostly masked lanes)."""
+    return spec.bm <= max(16, _pow2_ceil(problem.M)) and spec.bn <= max(16, _pow2_ceil(problem.N))
+
+
 def _fit(problem: Problem, text: str) -> bool:
-    """Skip preferred tiles much larger than the problem (they compute mostly masked lanes)."""
-    s = KernelSpec.parse(text)
-    return s.bm <= max(16, _pow2_ceil(problem.M)) and s.bn <= max(16, _pow2_ceil(problem.N))
+    return fits(problem, KernelSpec.parse(text))
 
 
 def _pow2_ceil(x: int) -> int:
