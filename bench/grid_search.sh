@@ -4,6 +4,8 @@
 #   bash bench/grid_search.sh search SECONDS [SEEDS]  # cudal2 generate over the grid (spread order), --resume;
 #                                                    # SEEDS is its --seed-list (default auto:4)
 #   bash bench/grid_search.sh compare SECONDS  # the registry's kernels beside the five baselines
+#   bash bench/grid_search.sh calibrate SECONDS  # screen vs capped screen vs PROTOCOL timing on
+#                                              # searched shapes (bench/screen_calibration.py)
 #
 # State lives in run/ (git-ignored): run/grid.db (the store: every measurement and the search log)
 # and run/registry/. Both come back packed under $OUT (run.tgz; at most 8 files come back) and go
@@ -37,8 +39,11 @@ case "$stage" in
     timeout $((${limit%.*} + 60)) python3 bench/grid_baselines.py --registry run/registry --searched-only \
       --stride 7 --out run/compare --time-limit "$limit" 2>&1 | tail -20
     cp run/compare/compare_grid.csv run/compare/compare_grid.json "$OUT/" 2>/dev/null ;;
+  calibrate)
+    timeout $((${limit%.*} + 60)) python3 bench/screen_calibration.py --store run/grid.db --shapes 24 \
+      --max-calls 300 --time-limit "$limit" --out "$OUT" 2>&1 | tail -8 ;;
   *)
-    echo "unknown stage $stage (search | compare)"; exit 2 ;;
+    echo "unknown stage $stage (search | compare | calibrate)"; exit 2 ;;
 esac
 python3 - <<'EOF'
 import sqlite3
