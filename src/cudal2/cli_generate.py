@@ -2,8 +2,9 @@
 
   cudal2 generate --backend triton|cuda|both --shapes grid|grid:N|FILE|MxNxK,... [--layout nn|nt]
                   [--budget N] [--group G] [--seed-list fixed:N|auto:N|none] [--screen-ms MS]
-                  [--screen-max-calls N] [--full-ms MS] [--recheck K] [--time-limit S] [--stride S] [--policy default|hf:PATH] [--store PATH]
-                  [--registry PATH] [--resume] [--replay STORE] [--cluster ray[:ADDR]] [--seed S]
+                  [--screen-max-calls N] [--full-ms MS] [--recheck K] [--time-limit S] [--stride S]
+                  [--policy default|hf:PATH] [--store PATH] [--registry PATH] [--resume] [--replay STORE]
+                  [--cluster ray[:ADDR]] [--seed S]
 
 Per shape (rl/staged.py): the fixed list's first N specs, then policy groups (GRPO on each) up to
 --budget evaluations, all screened (five checks at the shape, --screen-ms of timing beside the
@@ -78,16 +79,19 @@ def generate_cmd(
     cluster: Optional[str] = typer.Option(None, "--cluster", help="ray or ray:ADDRESS to evaluate on a Ray cluster"),
     seed: int = typer.Option(0, "--seed", help="seed of the policy's initialisation and sampling"),
     workers: Optional[int] = typer.Option(None, "--workers", help="CPU compile workers (default: all cores)"),
-    seed_list: str = typer.Option("fixed:8", "--seed-list", help="evaluate first, per shape: fixed:N (the fixed autotune list's first N), auto:N (the same, with "
-                             "split-K seeds where the output tiles cannot fill the SMs and K is deep) or none"),
-    screen_ms: float = typer.Option(10.0, "--screen-ms", help="timing per function in the screen of every proposal (ms)"),
-    full_ms: float = typer.Option(100.0, "--full-ms", help="timing per function in the full re-check of the fastest (ms)"),
-    screen_max_calls: Optional[int] = typer.Option(None, "--screen-max-calls", help="cap on the screen's timed calls per "
-                                                   "function (default none: tiny kernels then take thousands)"),
+    seed_list: str = typer.Option(
+        "fixed:8", "--seed-list", help="evaluate first, per shape: fixed:N (the fixed autotune list's first N), "
+        "auto:N (the same, with split-K seeds where the tiles cannot fill the SMs and K is deep) or none"),
+    screen_ms: float = typer.Option(10.0, "--screen-ms", help="timing per function in the screen of each proposal (ms)"),
+    full_ms: float = typer.Option(100.0, "--full-ms", help="timing per function in the full re-check (ms)"),
+    screen_max_calls: Optional[int] = typer.Option(
+        None, "--screen-max-calls", help="cap on the screen's timed calls per function (default none)"),
     recheck_k: int = typer.Option(2, "--recheck", help="screened candidates per shape that get the full re-check"),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", help="seconds; stop cleanly after that (resume later)"),
-    stride: int = typer.Option(1, "--stride", help="visit shape i*STRIDE mod n (coprime to n, e.g. 7): a time-limited "
-                               "run then covers the whole range of shapes, not the smallest first"),
+    time_limit: Optional[float] = typer.Option(
+        None, "--time-limit", help="seconds; stop cleanly after that (resume later)"),
+    stride: int = typer.Option(
+        1, "--stride", help="visit shape i*STRIDE mod n (coprime to n, e.g. 7): a time-limited run then covers "
+        "the whole range of shapes, not the smallest first"),
 ) -> None:
     """Search kernels with the RL policy and file the fastest correct one per shape in the registry."""
     from .cli import fail
@@ -155,7 +159,8 @@ def generate_cmd(
     config = {"command": "generate", "backend": backend, "shapes": shapes, "layout": layout, "budget": budget,
               "group": group, "policy": policy, "replay": replay, "cluster": cluster, "seed": seed,
               "resume": resume, "device_info": device.to_dict(), "seed_list": seed_list, "screen_ms": screen_ms,
-              "full_ms": full_ms, "screen_max_calls": screen_max_calls, "recheck": recheck_k, "time_limit": time_limit, "stride": stride}
+              "full_ms": full_ms, "screen_max_calls": screen_max_calls, "recheck": recheck_k,
+              "time_limit": time_limit, "stride": stride}
     run_id = store.new_run(config, device=device_key, versions=versions)
     from .rl.shared_eval import SharedEvaluator
     deadline = t_start + time_limit if time_limit else None
