@@ -176,13 +176,17 @@ class Search:
         return [st["res"] for st in states]
 
     def run_problem(self, problem: Problem, budget: int, seeds: list[KernelSpec] | None = None) -> ProblemResult:
-        """`seeds`: specs evaluated first, as one batch, before the policy's groups (e.g. the fixed
-        list, so a policy that has not seen this kind of shape cannot leave it worse off than an
-        autotune list would); they count against the budget and are not trained on (off-policy)."""
+        """`seeds`: specs evaluated first (e.g. the fixed list, so a policy that has not seen this
+        kind of shape cannot leave it worse off than an autotune list would); they count against
+        the budget and are not trained on (off-policy). They go in one evaluator call with the
+        policy's first group: that group is sampled before any result of the shape either way, and
+        one call times the baselines once and pays one batch's fixed costs instead of two."""
         st = self._start(problem, budget)
         if seeds and not st["done"]:
-            self._evaluate_group(problem, [], [Sample(spec=s, tokens=[]) for s in seeds], st["known"],
-                                 st["alias"], st["res"], budget)
+            group, extra = self._propose(problem, st["known"], st["alias"])
+            new = self._evaluate_group(problem, group, extra, st["known"], st["alias"], st["res"], budget,
+                                       first=[Sample(spec=s, tokens=[]) for s in seeds])
+            st["stale"] = 0 if new else 1
             self._check_done(st)
         while not st["done"]:
             self._advance(st)
@@ -257,11 +261,11 @@ class Search:
                     extra.append(s)
         return group, extra
 
-    def _evaluate_group(self, problem, group, extra, known, alias, res, budget) -> int:
-        """Evaluate the unknown specs (group first, up to the budget), store them, train on the
-        group; returns how many new measurements it made."""
+    def _evaluate_group(self, problem, group, extra, known, alias, res, budget, first=()) -> int:
+        """Evaluate the unknown specs (`first`, then the group, then `extra`, up to the budget),
+        store them, train on the group; returns how many new measurements it made."""
         todo: list[KernelSpec] = []
-        for s in group + extra:
+        for s in list(first) + group + extra:
             if s.spec is not None and alias.get(s.spec.text, s.spec.text) not in known and s.spec not in todo:
                 todo.append(s.spec)
         todo = todo[:max(budget - len(res.evaluated), 0)]

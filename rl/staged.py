@@ -2,7 +2,8 @@
 
   1. seed    the first evaluations are the fixed autotune list (`--seed-list fixed:N`), one batch,
              or with `auto:N` the same but split-K seeds on shapes too narrow to fill the SMs;
-  2. screen  then the policy's groups (GRPO on each), up to `--budget` evaluations in all; every one
+  2. screen  then the policy's groups (GRPO on each; the first goes in the seeds' evaluator call),
+             up to `--budget` evaluations in all; every one
              under the `screen` profile: the five checks at the shape itself (no `edges`) and
              `--screen-ms` of interleaved timing beside the baselines;
   3. recheck the `--recheck` fastest screened candidates go through the `full` profile (all six

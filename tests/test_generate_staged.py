@@ -253,3 +253,26 @@ def test_screen_max_calls_reaches_the_timer_of_the_screen_only(fake_gpu, tmp_pat
     assert "max_calls" not in made[0].profiles["full"][1]
     r = _invoke("--shapes", "64x64x64", "--screen-max-calls", 10, "--store", tmp_path / "s.db")
     assert r.exit_code == 2 and "--screen-max-calls" in r.output
+
+
+def test_seeds_and_the_first_group_share_one_screen_call(monkeypatch, tmp_path):
+    class Counting(FakeEvaluator):
+        def evaluate(self, problem, specs, profile="default"):
+            specs = list(specs)
+            self.asks.append((profile, len(specs)))
+            return super().evaluate(problem, specs, profile)
+
+    ev = Counting(HashClock(), HOPPER, early_stop=None)
+    ev.asks = []
+    monkeypatch.setattr("cudal2.evaluate.make_evaluator", lambda cluster=None, **kw: ev)
+    monkeypatch.setattr("cudal2.device.gpu_available", lambda: True)
+    p = SHAPES[0]
+    r = _invoke("--shapes", p.shape, "--budget", 8, "--group", 4, "--seed-list", "fixed:4", "--recheck", 1,
+                "--store", tmp_path / "s.db", "--registry", tmp_path / "reg")
+    assert r.exit_code == 0, r.output
+    screen = [n for prof, n in ev.asks if prof == "screen"]
+    # One call of 8: the 4 seeds and the policy's 4 (a proposal repeating a seed is replaced by a
+    # hotter draw in the same call).
+    assert screen[0] == 8 and sum(screen) == 8
+    rows = _rows(tmp_path / "s.db", p, "screen")
+    assert [m.spec for m in rows[:4]] == [s.text for s in FixedListPolicy.candidates(p, HOPPER)[:4]]
