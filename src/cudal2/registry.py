@@ -286,7 +286,7 @@ class Registry:
                 raise RegistryError(f"{entry.key}: a {entry.backend} entry needs its source text")
             entry.sha256 = sha256_text(source_text)
             # Content-addressed: problems whose winners render the same text share one file (in the
-            # first H200 grid registry 14 of 33 kernel entries had the same source).
+            # first H200 grid registry 33 kernel entries had 14 distinct sources, one of them 18 times).
             name = f"{entry.sha256[:16]}{SUFFIX[entry.backend]}"
             entry.source = f"kernels_{entry.backend}/generated/{entry.device}/{name}"
         else:
