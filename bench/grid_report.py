@@ -23,27 +23,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import sys
 from collections import Counter
 from pathlib import Path
 
+from cudal2.stats import CLASSES
+
 MODES = {"offline": "median_us", "server": "mean_us"}
-CLASSES = ("<1GF", "1-100GF", ">100GF")
-
-
-def _klass(gflop: float) -> str:
-    return CLASSES[0] if gflop < 1 else CLASSES[1] if gflop <= 100 else CLASSES[2]
-
-
-def _summ(vals: dict[str, float]) -> dict | None:
-    if not vals:
-        return None
-    xs = sorted(vals.items(), key=lambda kv: kv[1])
-    g = math.exp(sum(math.log(v) for _, v in xs) / len(xs))
-    return {"n": len(xs), "geomean": g, "mean": sum(v for _, v in xs) / len(xs), "worst": xs[0][1],
-            "worst_shape": xs[0][0], "best": xs[-1][1], "best_shape": xs[-1][0],
-            "share_faster": sum(v > 1.0 for _, v in xs) / len(xs)}
 
 
 def ratios(rows: list[dict], mode: str, baseline: str | None, how: str) -> dict[str, float]:
@@ -64,16 +50,17 @@ def ratios(rows: list[dict], mode: str, baseline: str | None, how: str) -> dict[
 
 
 def by_class(vals: dict[str, float], gflop: dict[str, float]) -> dict:
-    out = {"all": _summ(vals)}
-    for c in CLASSES:
-        out[c] = _summ({s: v for s, v in vals.items() if _klass(gflop[s]) == c})
-    return out
+    """cudal2.stats' summary (geomean, mean, worst ...) over all shapes and per work class."""
+    from cudal2.stats import summarize_by_class
+    return {c: (v.to_dict() if v else None)
+            for c, v in summarize_by_class(vals, {k: g * 1e9 for k, g in gflop.items()}).items()}
 
 
 def search_log(store_path: str, device: str) -> list[dict]:
     from cudal2.device import DeviceInfo
     from cudal2.problems import Problem
     from cudal2.rl.staged import parse_seed_list, seed_specs
+    from cudal2.stats import flop_class
     from cudal2.store import Store
     with Store(store_path) as st:
         shapes = st.shapes(device)
@@ -88,7 +75,7 @@ def search_log(store_path: str, device: str) -> list[dict]:
         seeds = {s.text for s in seed_specs(o["seeded"], p, dev, backends, kind)}
         w = o.get("winner_spec")
         rows.append({
-            "shape": p.shape, "M": p.M, "N": p.N, "K": p.K, "gflop": p.flops / 1e9, "class": _klass(p.flops / 1e9),
+            "shape": p.shape, "M": p.M, "N": p.N, "K": p.K, "gflop": p.flops / 1e9, "class": flop_class(p.flops),
             "evaluations": o["evaluations"], "full_evaluations": o["full_evaluations"],
             "failures": json.dumps({**o["failures_screen"], **{f"full {k}": v for k, v in o["failures_full"].items()}}),
             "evaluator_s": o["evaluator_s"], **{f"{k}_s": v for k, v in o["phase_s"].items()}, "wall_s": o["wall_s"],

@@ -24,11 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-CLASSES = ("<1GF", "1-100GF", ">100GF")
-
-
-def _klass(gflop: float) -> str:
-    return CLASSES[0] if gflop < 1 else CLASSES[1] if gflop <= 100 else CLASSES[2]
+from cudal2.stats import CLASSES, flop_class
 
 
 def pick(store, device: str, n: int, per_shape: int = 8) -> list[tuple]:
@@ -60,7 +56,7 @@ def agreement(times: dict[str, float], ref: dict[str, float], best_cublas: float
 
 def measure(evaluator, p, specs: list[str], names) -> dict:
     """One shape under every profile (already added to the evaluator), in the order given."""
-    row = {"shape": p.shape, "gflop": p.flops / 1e9, "class": _klass(p.flops / 1e9), "specs": len(specs)}
+    row = {"shape": p.shape, "gflop": p.flops / 1e9, "class": flop_class(p.flops), "specs": len(specs)}
     got = {}
     for name in names:
         t0 = dict(getattr(evaluator, "phase_s", {}) or {})

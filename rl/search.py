@@ -182,14 +182,10 @@ class Search:
         policy's first group: that group is sampled before any result of the shape either way, and
         one call times the baselines once and pays one batch's fixed costs instead of two."""
         st = self._start(problem, budget)
-        if seeds and not st["done"]:
-            group, extra = self._propose(problem, st["known"], st["alias"])
-            new = self._evaluate_group(problem, group, extra, st["known"], st["alias"], st["res"], budget,
-                                       first=[Sample(spec=s, tokens=[]) for s in seeds])
-            st["stale"] = 0 if new else 1
-            self._check_done(st)
+        first = [Sample(spec=s, tokens=[]) for s in seeds or ()]
         while not st["done"]:
-            self._advance(st)
+            self._advance(st, first)
+            first = []
         return st["res"]
 
     def _start(self, problem: Problem, budget: int) -> dict:
@@ -218,12 +214,13 @@ class Search:
             st["done"] = True
             self.on_event("problem_done", problem=st["problem"], result=st["res"])
 
-    def _advance(self, st) -> None:
+    def _advance(self, st, first=()) -> None:
         group, extra = self._propose(st["problem"], st["known"], st["alias"])
-        if not group and not extra:
+        if not group and not extra and not first:
             st["stale"] = self.patience      # a fixed list that ran out
         else:
-            new = self._evaluate_group(st["problem"], group, extra, st["known"], st["alias"], st["res"], st["budget"])
+            new = self._evaluate_group(st["problem"], group, extra, st["known"], st["alias"], st["res"],
+                                       st["budget"], first)
             st["stale"] = 0 if new else st["stale"] + 1
         self._check_done(st)
 

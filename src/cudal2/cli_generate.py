@@ -221,16 +221,18 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
         prog.update(task, completed=len(problems) - len(todo))
     seeds = lambda p: seed_specs(o["n_seed"], p, device, o["backends"], o["seed_kind"])  # noqa: E731
     left = 0
+    nxt = seeds(todo[0]) if todo else []
     with prog:
         for i, p in enumerate(todo):
             if o["deadline"] is not None and time.monotonic() > o["deadline"]:
                 left = len(todo) - i
                 break
             prog.update(task, description=f"{p}")
-            if i + 1 < len(todo):     # the CPU compiles the next shape's seeds while the GPU works here
-                shared.prefetch(todo[i + 1], seeds(todo[i + 1]))
+            here, nxt = nxt, seeds(todo[i + 1]) if i + 1 < len(todo) else []
+            if nxt:     # the CPU compiles the next shape's seeds while the GPU works here
+                shared.prefetch(todo[i + 1], nxt)
             try:
-                out = search_shape(search, shared, p, o["budget"], seeds(p), o["recheck"])
+                out = search_shape(search, shared, p, o["budget"], here, o["recheck"])
             except StudyDeadline:
                 left = len(todo) - i
                 break
