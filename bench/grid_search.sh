@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The grid search of issue 7 in device calls of at most 10 minutes each, resumable between them.
 #
-#   bash bench/grid_search.sh search SECONDS [SEEDS]  # cudal2 generate over the grid (spread order), --resume;
-#                                                    # SEEDS is its --seed-list (default auto:4)
+#   bash bench/grid_search.sh search SECONDS [SEEDS] [CAP]  # cudal2 generate over the grid (spread order),
+#                                   # --resume; SEEDS is its --seed-list (default auto:4), CAP its
+#                                   # --screen-max-calls (default 300; 0 = no cap)
 #   bash bench/grid_search.sh compare SECONDS  # the registry's kernels beside the five baselines
 #   bash bench/grid_search.sh calibrate SECONDS  # screen vs capped screen vs PROTOCOL timing on
 #                                              # searched shapes (bench/screen_calibration.py)
@@ -22,6 +23,7 @@ source "$(dirname "$0")/device_env.sh"
 stage=$1
 limit=$2
 seeds=${3:-auto:4}
+cap=${4:-300}
 case "$stage" in
   search)
     n=$(ls "$OUT"/generate_*.log 2>/dev/null | wc -l)
@@ -29,8 +31,12 @@ case "$stage" in
     # re-checked in full with 30 ms of timing (replaced if it fails). Calls 10-13 (2026-12-03) ran
     # --seed-list fixed:4; auto:4 (split-K seeds on shapes whose tiles cannot fill the SMs, fitting
     # tiles first) answers what they lost most on, and has not run on a GPU yet.
+    # CAP: the screen's calls per function. Calls 10-13 had none and spent 2.5 s per shape under
+    # 1 GFLOP timing thousands of ~5 us calls at ~30 us of host time each; the finalist's full pass
+    # stays uncapped, so the log's screen-vs-full agreement measures what the cap costs.
+    capopt=(); [ "$cap" != 0 ] && capopt=(--screen-max-calls "$cap")
     timeout $((${limit%.*} + 45)) cudal2 generate --shapes grid --stride 7 --backend both \
-      --budget 8 --group 4 --seed-list "$seeds" --screen-ms 10 --full-ms 30 --recheck 1 \
+      --budget 8 --group 4 --seed-list "$seeds" "${capopt[@]}" --screen-ms 10 --full-ms 30 --recheck 1 \
       --store run/grid.db --registry run/registry --resume --time-limit "$limit" \
       >"$OUT/generate_$n.log" 2>"$OUT/generate_$n.err"
     echo "generate exit $?"
