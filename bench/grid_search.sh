@@ -20,6 +20,9 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" run
 source "$(dirname "$0")/device_env.sh"
+# cuBLASLt autotune's choices (baselines.py's on-disk cache) travel in run/ too: the registry's
+# cuBLAS entries record the algorithm that won, so dispatch can run the same one.
+mkdir -p ~/.cache/cudal2 && cp run/lt-autotune-*.json ~/.cache/cudal2/ 2>/dev/null
 stage=$1
 limit=$2
 seeds=${3:-auto:4}
@@ -58,5 +61,6 @@ db.execute("PRAGMA wal_checkpoint(TRUNCATE)")   # the WAL's rows into the file b
 print("store:", db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0], "measurements,",
       db.execute("SELECT COUNT(*) FROM shapes").fetchone()[0], "shapes finished")
 EOF
+cp ~/.cache/cudal2/lt-autotune-*.json run/ 2>/dev/null
 tar czf "$OUT/run.tgz" run
 ls -la "$OUT"
