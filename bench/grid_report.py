@@ -16,7 +16,9 @@ Speedups come from the compare run only (one run, baselines interleaved). A shap
 says cuBLAS has no cudal2 time there; it is counted two ways:
   counted     as 1.00x of best-cublas (the issue's rule: dispatch "uses cuBLAS" there), and
               against another baseline as t_baseline / t_best-cublas;
-  dispatched  at torch.matmul's measured time, which is what cudal2.matmul really calls there.
+  dispatched  at what cudal2.matmul really calls there: the cuBLASLt call timed as the row's
+              cudal2 column (`cudal2_via` cublaslt-*, src/cudal2/lt_dispatch.py; compares run
+              from 2026-12-03's second session on), else torch.matmul's measured time.
 """
 from __future__ import annotations
 
@@ -42,8 +44,11 @@ def ratios(rows: list[dict], mode: str, baseline: str | None, how: str) -> dict[
         if not best or not base:
             continue
         t = r.get(f"{mode}_cudal2_{key}")
-        if t is None:          # a cuBLAS entry: no kernel of ours runs on this shape
-            t = best if how == "counted" else r.get(f"{mode}_torch_{key}")
+        via_cublas = str(r.get("cudal2_via", "kernel")).startswith("cublas")
+        if t is None or (via_cublas and how == "counted"):
+            # A cuBLAS entry: counted at best-cublas; dispatched at the cuBLAS call timed as
+            # cudal2's column (lt_dispatch), else at torch.matmul's time (what dispatch calls there).
+            t = best if how == "counted" else (t or r.get(f"{mode}_torch_{key}"))
         if t:
             out[r["shape"]] = base / t
     return out
@@ -123,7 +128,8 @@ def main(argv=None) -> int:
                 label = f"{mode} {how} vs {b or 'best-cublas'}"
                 rep["speedups"][label] = by_class(ratios(rows, mode, b, how), gflop)
     filed = Counter(e["backend"] for e in entries.values())
-    kernel_rows = [r for r in rows if r.get("offline_cudal2_median_us")]
+    kernel_rows = [r for r in rows if r.get("offline_cudal2_median_us")
+                   and not str(r.get("cudal2_via", "kernel")).startswith("cublas")]
     rep["entries"] = dict(filed)
     rep["kernel_beats_best_cublas"] = {m: sum(r.get(f"{m}_cudal2_vs_best", 0) > 1.0 for r in kernel_rows) for m in MODES}
     rep["winner_from"] = dict(Counter(r["winner_from"] for r in log if r["filed"].startswith("filed")
@@ -133,7 +139,9 @@ def main(argv=None) -> int:
     for r in rows:
         if r["M"] == r["N"] == r["K"] and r["M"] in (4096, 8192):
             t = r.get("offline_cudal2_median_us") or r["offline_best_cublas_us"]
-            tf[r["shape"]] = {"dispatch": "cudal2" if r.get("offline_cudal2_median_us") else r["offline_best_cublas"],
+            via = r.get("cudal2_via", "kernel")
+            tf[r["shape"]] = {"dispatch": (("cudal2" if via == "kernel" else via) if r.get("offline_cudal2_median_us")
+                                           else r["offline_best_cublas"]),
                               "tflops": 2 * r["M"] ** 3 / t / 1e6}
     rep["cubes_tflops"] = tf
     # The search's own view (screen + full pass), for every searched shape: how close it came.

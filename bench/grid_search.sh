@@ -45,6 +45,11 @@ case "$stage" in
     echo "generate exit $?"
     tail -5 "$OUT/generate_$n.log"; tail -3 "$OUT/generate_$n.err" ;;
   compare)
+    # cublas entries dispatch to the cuBLAS call that won (src/cudal2/lt_dispatch.py); the compare
+    # times that call as cudal2's column, so the entries need autotune's algorithms first.
+    for f in ~/.cache/cudal2/lt-autotune-*.json; do
+      [ -f "$f" ] && cudal2 registry attach-lt "$f" --registry run/registry
+    done
     timeout $((${limit%.*} + 60)) python3 bench/grid_baselines.py --registry run/registry --searched-only \
       --stride 7 --out run/compare --time-limit "$limit" 2>&1 | tail -20
     cp run/compare/compare_grid.csv run/compare/compare_grid.json "$OUT/" 2>/dev/null ;;

@@ -149,7 +149,9 @@ def _cublas_fn(problem: Problem, a, b, c) -> Fn:
 class _LtPlan:
     """Descriptors for one problem and the heuristic's candidates; launches one algorithm."""
 
-    def __init__(self, problem: Problem, a, b, c):
+    def __init__(self, problem: Problem, a=None, b=None, c=None):
+        """a, b, c: the tensors fn() will bind (their alignment is told to the heuristic); None for
+        a plan whose launches take pointers per call (cudal2.lt_dispatch: 256-byte aligned ones)."""
         import numpy as np
         nvmath, cublas, lt = _nvmath()
         self.np, self.lt = np, lt
@@ -177,12 +179,12 @@ class _LtPlan:
         P = lt.MatmulPreferenceAttribute
         for attr, t in ((P.MIN_ALIGNMENT_A_BYTES, b), (P.MIN_ALIGNMENT_B_BYTES, a),
                         (P.MIN_ALIGNMENT_C_BYTES, c), (P.MIN_ALIGNMENT_D_BYTES, c)):
-            ptr = t.data_ptr()
+            ptr = t.data_ptr() if t is not None else 0
             al = np.array([min(256, ptr & -ptr if ptr else 256)],
                           dtype=lt.get_matmul_preference_attribute_dtype(attr))
             lt.matmul_preference_set_attribute(self.pref, attr, al.ctypes.data, al.nbytes)
         self.alpha, self.beta = _f32(1.0), _f32(0.0)
-        self.ptrs = (b.data_ptr(), a.data_ptr(), c.data_ptr())
+        self.ptrs = (b.data_ptr(), a.data_ptr(), c.data_ptr()) if c is not None else None
         self.stream = _stream()
         weakref.finalize(self, _lt_destroy, lt, self.desc, (self.adesc, self.bdesc, self.cdesc), self.pref)
 

@@ -53,6 +53,8 @@ def kernel_source(spec_text: Optional[str], registry: Optional[str], device) -> 
 
         def lookup(p):
             e = reg.lookup(p, device.key)
+            if e is not None and e.backend == "cublas" and e.problem == p.text:
+                return e          # cuBLAS won: time the cuBLAS call dispatch makes (lt_dispatch)
             return KernelSpec.parse(e.spec) if e is not None and e.spec else None
 
     def get(problem):
@@ -60,8 +62,15 @@ def kernel_source(spec_text: Optional[str], registry: Optional[str], device) -> 
         if spec is None:
             return None, "unavailable: the registry has no cudal2 kernel for this shape and device"
         try:
-            validate(spec, problem, device)
-            kernel = build_kernel(spec, problem, device)
+            if isinstance(spec, KernelSpec):
+                validate(spec, problem, device)
+                kernel = build_kernel(spec, problem, device)
+            else:
+                from . import lt_dispatch
+                target, words, why = lt_dispatch.choose(spec, lt_dispatch.lt_version())
+                if target == "torch":
+                    return None, f"unavailable: cuBLAS won and dispatch calls torch.matmul ({why})"
+                kernel = lt_dispatch.LtKernel(problem, words)
         except SpecError as e:
             return None, f"unavailable: spec not valid here ({e})"
         except Exception as e:  # CompileError / LaunchError: reported per shape, the run goes on
@@ -99,6 +108,8 @@ def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, dev
         if kernel is not None:
             c2 = torch.empty_like(c)
             fns["cudal2"] = lambda: kernel(a, b, c2)
+            # what runs: a generated kernel, or (a cublas entry) the cuBLAS call dispatch makes
+            row["cudal2_via"] = getattr(kernel, "via", None) or "kernel"
         else:
             reasons["cudal2"] = status
     for n in cands:

@@ -144,6 +144,25 @@ def export_cmd(dest: str = typer.Argument(..., help="directory to write (index.j
     typer.echo(f"exported {len(Registry.load(out).all())} entries to {out}")
 
 
+def attach_lt_cmd(cache: str = typer.Argument(..., help="cuBLASLt autotune cache, lt-autotune-<device>.json "
+                                                        "(~/.cache/cudal2 on the GPU machine)"),
+                  registry: Optional[str] = _REG_OPT) -> None:
+    """Record cuBLASLt autotune's algorithms on the registry's cuBLAS entries (dispatch runs them)."""
+    from .cli import fail
+    from .lt_dispatch import read_tune_cache
+    from .registry import RegistryError
+    try:
+        device, algos = read_tune_cache(cache)
+        reg = _load(registry)
+        n = reg.set_lt_algos(device, algos)
+    except (ValueError, RegistryError) as e:
+        fail(str(e), code=1)
+        return
+    cub = sum(e.backend == "cublas" for e in reg.all(device))
+    typer.echo(f"{device}: {len(algos)} tuned problems in {cache}; {n} cublas entries updated, "
+               f"{sum(e.backend == 'cublas' and e.lt_algo is not None for e in reg.all(device))} of {cub} now carry one")
+
+
 def problems_cmd(hf_config: str = typer.Option(..., "--hf-config", help="a Hugging Face config.json (read locally)"),
                  tokens: str = typer.Option("1,16,128,2048", "--tokens", help="comma-separated token counts (M)"),
                  layout: str = typer.Option("nt", "--layout", help="nt (nn.Linear weights) or nn"),
@@ -182,5 +201,6 @@ def register(app) -> None:
     reg_app.command("show")(show_cmd)
     reg_app.command("verify")(verify_cmd)
     reg_app.command("export")(export_cmd)
+    reg_app.command("attach-lt")(attach_lt_cmd)
     app.add_typer(reg_app, name="registry")
     app.command("problems")(problems_cmd)

@@ -290,7 +290,7 @@ def _choose(problem: Problem, dev, idx: int, strict: bool):
         return None, "torch: registry unreadable"
     for e in reg.candidates(problem, dev.key, dev):
         if e.backend == "cublas":
-            return None, f"torch: cublas won {e.problem}"
+            return _cublas_choice(reg, e, problem, idx)
         k = _kernel(reg, e, dev, idx)
         if isinstance(k, str):
             msg = f"cudal2 registry {reg.root}: refusing entry {e.key}: {k}; falling back"
@@ -302,6 +302,32 @@ def _choose(problem: Problem, dev, idx: int, strict: bool):
             how = "exact" if e.problem == problem.text else "nearest"
             return k, f"kernel {e.key} ({how}, {e.backend}: {e.spec})"
     return None, f"torch: no registry entry for {problem} on {dev.key}"
+
+
+def _cublas_choice(reg: Registry, e, problem: Problem, idx: int):
+    """cuBLAS won `e`: its fastest measured cuBLAS call that runs here (cudal2.lt_dispatch); a
+    nearest entry's algorithm was chosen for another size, so that one goes to torch.matmul."""
+    if e.problem != problem.text:
+        return None, f"torch: cublas won {e.problem}"
+    from . import lt_dispatch
+    target, words, why = lt_dispatch.choose(e, lt_dispatch.lt_version())
+    if target == "torch":
+        return None, f"torch: cublas won {e.problem}, {why}"
+    ck = (str(reg.root), e.key, target, idx)
+    if ck not in _KERNELS:
+        try:
+            if torch.cuda.device_count() > 1:
+                with torch.cuda.device(idx):
+                    _KERNELS[ck] = lt_dispatch.LtKernel(problem, words)
+            else:
+                _KERNELS[ck] = lt_dispatch.LtKernel(problem, words)
+        except Exception as err:   # the tuned answer is still cuBLAS: torch.matmul serves it
+            _KERNELS[ck] = (str(err).splitlines() or [type(err).__name__])[0]
+    k = _KERNELS[ck]
+    if isinstance(k, str):
+        _warn_once(f"cudal2: {target} for {e.key} failed to set up ({k}); using torch.matmul")
+        return None, f"torch: cublas won {e.problem}, {target} failed ({k})"
+    return k, f"{target}: cublas won {e.key}, {why}"
 
 
 def _kernel(reg: Registry, e, dev, idx):

@@ -304,6 +304,23 @@ class Registry:
             self.entries = fresh.entries
         return entry
 
+    def set_lt_algos(self, device_key: str, algos: dict) -> int:
+        """Attach cuBLASLt autotune's algorithms ({problem text: lt_algo}) to this device's cublas
+        entries, in one index write; returns how many entries changed."""
+        with _locked(self.root):
+            fresh = Registry.load(self.root)
+            n = 0
+            for problem, e in fresh.entries.get(device_key, {}).items():
+                a = algos.get(problem)
+                if e.backend == "cublas" and a is not None and e.lt_algo != a:
+                    e.lt_algo = a
+                    e.validate()
+                    n += 1
+            if n:
+                _atomic_write(self.root / "index.json", fresh.to_json())
+            self.entries = fresh.entries
+        return n
+
     def export(self, dest: str | os.PathLike, device_key: str | None = None) -> Path:
         """A standalone user registry in `dest`: index.json plus every source it names (verified)."""
         dest = Path(dest)

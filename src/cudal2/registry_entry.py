@@ -36,6 +36,9 @@ class Entry:
     best_cublas_us: float | None = None
     best_cublas: str | None = None    # which baseline was best
     baselines_us: dict = field(default_factory=dict)
+    # cublas entries: the algorithm cuBLASLt autotune chose, {"data": [8 words of the
+    # cublasLtMatmulAlgo_t], "cublasLt": version that chose it}; cudal2.lt_dispatch runs it.
+    lt_algo: dict | None = None
     times: dict = field(default_factory=dict)       # per clock mode, Stats dicts
     check: dict = field(default_factory=dict)       # CheckReport.to_dict()
     versions: dict = field(default_factory=dict)
@@ -82,6 +85,14 @@ class Entry:
             raise RegistryError(f"{self.key}: bad problem: {e}") from None
         if p.text != self.problem:
             raise RegistryError(f"{self.key}: problem text is not canonical (expected {p.text})")
+        if self.lt_algo is not None:
+            a = self.lt_algo
+            words = a.get("data") if isinstance(a, dict) else None
+            if (self.backend != "cublas" or not isinstance(words, list) or len(words) != 8
+                    or not all(isinstance(w, int) and 0 <= w < 2**64 for w in words)
+                    or not isinstance(a.get("cublasLt"), int)):
+                raise RegistryError(f"{self.key}: lt_algo must be {{'data': 8 uint64 words, 'cublasLt': "
+                                    f"version}} on a cublas entry")
         if self.backend == "cublas":
             return
         from .spec import KernelSpec, SpecError

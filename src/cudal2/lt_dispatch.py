@@ -1,0 +1,148 @@
+"""Dispatch where cuBLAS won: run the cuBLAS call that won the measurement, not just torch.matmul.
+
+A registry "cublas" entry records every baseline's time (`baselines_us`) and, where cuBLASLt's
+autotune won, the algorithm it chose (`lt_algo`: the raw cublasLtMatmulAlgo_t words and the
+cuBLASLt version that produced them). On the first H200 grid registry (377 shapes, 2026-12-03)
+torch.matmul ran at 0.970x best-cublas (geomean offline) and cuBLASLt autotune at 0.995x, up to
+1.31x faster than torch on short-K wide shapes: that gap is what this module serves.
+
+`choose(entry, lt_version)` picks the fastest measured baseline that dispatch can run here:
+  cublaslt-autotune   the stored algorithm, only under the cuBLASLt version that chose it
+  cublaslt-heuristic  the heuristic's first algorithm, asked once per plan
+  torch               always (also the answer when nvmath-python is missing)
+cublas-nn / cublas-tn are not dispatch targets (torch.matmul is cuBLAS already).
+
+`LtKernel` is the backends' Kernel contract (backends/base.py) for one problem, so ops' _BoundPlan
+does the argument checks. The algorithm was chosen for 256-byte aligned operands (fresh tensors in
+the evaluator); a launch whose pointers are less aligned computes through torch.matmul instead, so
+a view at an offset is never misread. One workspace per (device, stream): cuBLASLt's split-K
+algorithms write it, and two streams sharing one would race.
+"""
+from __future__ import annotations
+
+import torch
+
+from .problems import Problem
+
+TARGETS = ("cublaslt-autotune", "cublaslt-heuristic", "torch")
+_ALIGN_MASK = 255
+
+
+def lt_version() -> int | None:
+    """The installed cuBLASLt's version, or None when nvmath-python (or the library) is missing."""
+    from .baselines import BaselineUnavailable, _nvmath
+    try:
+        return int(_nvmath()[2].get_version())
+    except (BaselineUnavailable, Exception):
+        return None
+
+
+def choose(entry, version: int | None) -> tuple[str, list[int] | None, str]:
+    """(target, algo words or None, why) for a cublas entry: the fastest of its measured baselines
+    that can run with cuBLASLt `version` (None: no cuBLASLt here); torch when none was measured."""
+    times = {k: v for k, v in (entry.baselines_us or {}).items() if k in TARGETS and v}
+    algo = entry.lt_algo or {}
+    blocked = {}
+    if version is None:
+        blocked["cublaslt-heuristic"] = blocked["cublaslt-autotune"] = "no cuBLASLt here (nvmath-python)"
+    elif not algo.get("data"):
+        blocked["cublaslt-autotune"] = "autotune's algorithm not stored"
+    elif algo.get("cublasLt") != version:
+        blocked["cublaslt-autotune"] = f"autotune's algorithm is for cuBLASLt {algo.get('cublasLt')}, not {version}"
+    ok = {t: us for t, us in times.items() if t not in blocked}
+    if not ok:
+        return "torch", None, "torch (no baseline time)"
+    best = min(ok, key=ok.get)
+    why = f"{best} {ok[best]:.2f} us measured"
+    faster = [f"{t} ({blocked[t]})" for t, us in times.items() if t in blocked and us < ok[best]]
+    if faster:
+        why += "; faster but not runnable: " + ", ".join(faster)
+    return best, (list(algo["data"]) if best == "cublaslt-autotune" else None), why
+
+
+def read_tune_cache(path) -> tuple[str, dict]:
+    """(device key, {problem text: lt_algo}) from cudal2.baselines' autotune cache file
+    (lt-autotune-<device>.json, keys "<problem>|cublasLt<version>"). Where one problem was tuned
+    under several cuBLASLt versions, the newest is kept."""
+    import json
+    import re
+    from pathlib import Path
+    path = Path(path)
+    m = re.fullmatch(r"lt-autotune-(.+)\.json", path.name)
+    if not m:
+        raise ValueError(f"{path}: not an autotune cache (expected lt-autotune-<device>.json)")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: unreadable ({e})") from None
+    out: dict = {}
+    for key, v in raw.items():
+        problem, _, ver = key.partition("|cublasLt")
+        if not ver.isdigit() or not isinstance(v, dict) or len(v.get("algo") or ()) != 8:
+            raise ValueError(f"{path}: entry {key!r} is not a tuned algorithm")
+        cand = {"data": [int(w) for w in v["algo"]], "cublasLt": int(ver)}
+        if problem not in out or out[problem]["cublasLt"] < cand["cublasLt"]:
+            out[problem] = cand
+    return m.group(1), out
+
+
+class LtKernel:
+    """C = A @ B for one problem through cublasLtMatmul with a fixed algorithm."""
+
+    def __init__(self, problem: Problem, algo_words: list[int] | None):
+        from .baselines import WORKSPACE_BYTES, BaselineUnavailable, _LtPlan, _resources
+        self.problem = problem
+        self.via = "cublaslt-heuristic" if algo_words is None else "cublaslt-autotune"
+        self.plan = _LtPlan(problem)           # descriptors; heuristic told 256-byte alignment
+        if algo_words is None:
+            algos = self.plan.candidates(1)
+            if not algos:
+                raise BaselineUnavailable("cuBLASLt heuristic returned no algorithm")
+            self.algo = algos[0]
+        else:
+            self.algo = self.plan.algo_from_data(algo_words)
+        self.handle = _resources()["lt"]
+        self.ws_bytes = WORKSPACE_BYTES
+        self._ws: dict = {}
+
+    def supports(self, problem: Problem) -> bool:
+        return problem == self.problem
+
+    def __call__(self, a, b, c, stream=None) -> None:
+        p = self.problem
+        if a.dtype != torch.float16 or b.dtype != torch.float16 or c.dtype != torch.float16:
+            raise ValueError("LtKernel takes float16 a, b, c")
+        if a.numel() != p.M * p.K or b.numel() != p.N * p.K or c.numel() != p.M * p.N:
+            raise ValueError(f"LtKernel for {p}: got a {tuple(a.shape)}, b {tuple(b.shape)}, c {tuple(c.shape)}")
+        if not (a.is_contiguous() and b.is_contiguous() and c.is_contiguous()):
+            raise ValueError("LtKernel takes dense tensors")
+        self.bind(p.M, p.N, p.K)(a, b, c)
+
+    def bind(self, M: int, N: int, K: int):
+        if (M, N, K) != (self.problem.M, self.problem.N, self.problem.K):
+            raise ValueError(f"LtKernel for {self.problem} cannot run {M}x{N}x{K}")
+        from .backends.base import device_getter, stream_getter
+        plan, lt = self.plan, self.plan.lt
+        matmul, handle, desc, algo = lt.matmul, self.handle, plan.desc, self.algo.ctypes.data
+        alpha, beta = plan.alpha.ctypes.data, plan.beta.ctypes.data
+        bdesc, adesc, cdesc = plan.bdesc, plan.adesc, plan.cdesc
+        nt = self.problem.layout == "nt"
+        get_dev, get_stream, ws_for, wsb = device_getter(), stream_getter(), self._workspace, self.ws_bytes
+
+        def launch(a, b, c):
+            pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+            if (pa | pb | pc) & _ALIGN_MASK:
+                bm = b.view(N, K).t() if nt else b.view(K, N)
+                torch.matmul(a.view(M, K), bm, out=c.view(M, N))
+                return
+            dev = get_dev()
+            s = get_stream(dev)
+            ws = ws_for(dev, s)
+            matmul(handle, desc, alpha, pb, bdesc, pa, adesc, beta, pc, cdesc, pc, cdesc, algo, ws, wsb, s)
+        return launch
+
+    def _workspace(self, dev: int, stream: int) -> int:
+        w = self._ws.get((dev, stream))
+        if w is None:
+            w = self._ws[(dev, stream)] = torch.empty(self.ws_bytes, dtype=torch.uint8, device=f"cuda:{dev}")
+        return w.data_ptr()
