@@ -45,11 +45,6 @@ case "$stage" in
     echo "generate exit $?"
     tail -5 "$OUT/generate_$n.log"; tail -3 "$OUT/generate_$n.err" ;;
   compare)
-    # cublas entries dispatch to the cuBLAS call that won (src/cudal2/lt_dispatch.py); the compare
-    # times that call as cudal2's column, so the entries need autotune's algorithms first.
-    for f in ~/.cache/cudal2/lt-autotune-*.json; do
-      [ -f "$f" ] && cudal2 registry attach-lt "$f" --registry run/registry
-    done
     timeout $((${limit%.*} + 60)) python3 bench/grid_baselines.py --registry run/registry --searched-only \
       --stride 7 --out run/compare --time-limit "$limit" 2>&1 | tail -20
     cp run/compare/compare_grid.csv run/compare/compare_grid.json "$OUT/" 2>/dev/null ;;
@@ -66,6 +61,10 @@ db.execute("PRAGMA wal_checkpoint(TRUNCATE)")   # the WAL's rows into the file b
 print("store:", db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0], "measurements,",
       db.execute("SELECT COUNT(*) FROM shapes").fetchone()[0], "shapes finished")
 EOF
-cp ~/.cache/cudal2/lt-autotune-*.json run/ 2>/dev/null
+# cublas entries dispatch to the cuBLAS call that won (src/cudal2/lt_dispatch.py): generate and
+# the compare record autotune's algorithm as they file / time; this catches any entry filed before.
+for f in ~/.cache/cudal2/lt-autotune-*.json; do
+  [ -f "$f" ] && cudal2 registry attach-lt "$f" --registry run/registry && cp "$f" run/
+done
 tar czf "$OUT/run.tgz" run
 ls -la "$OUT"

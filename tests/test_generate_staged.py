@@ -125,6 +125,28 @@ def test_nothing_passing_the_full_check_files_cublas(fake_gpu, tmp_path):
         assert st.shapes()[p.text]["failures_full"] == {"wrong: edges": 6}
 
 
+def test_a_cublas_entry_records_autotunes_algorithm_from_the_run(fake_gpu, tmp_path, monkeypatch):
+    """The GPU worker's autotune cache (cudal2.baselines) holds the algorithm cuBLASLt chose for the
+    shape; filing cuBLAS copies it into the entry (cudal2.lt_dispatch runs it). Shapes the cache
+    does not hold file without one."""
+    import json
+    p, q = SHAPES[1], SHAPES[3]
+    fixed = FixedListPolicy.candidates(p, HOPPER)[:8] + FixedListPolicy.candidates(q, HOPPER)[:8]
+    fake_gpu(HashClock(faults={s.text: "wrong_edges" for s in fixed}))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    words = list(range(10, 18))
+    (cache / f"lt-autotune-{HOPPER.key}.json").write_text(json.dumps(
+        {f"{p.text}|cublasLt130100": {"algo": words, "median_us": 1.0, "rank": 2, "candidates": 9, "calls": 5}}))
+    monkeypatch.setattr("cudal2.timing._cache_dir", lambda: cache)
+    db, reg = tmp_path / "run.db", tmp_path / "reg"
+    r = _invoke("--shapes", f"{p.shape},{q.shape}", "--budget", 8, "--seed-list", "fixed:8", "--recheck", 1,
+                "--store", db, "--registry", reg)
+    assert r.exit_code == 0, r.output
+    got = {e.problem: (e.backend, e.lt_algo) for e in Registry.load(reg).all(HOPPER.key)}
+    assert got == {p.text: ("cublas", {"data": words, "cublasLt": 130100}), q.text: ("cublas", None)}
+
+
 class SlowOn(HashClock):
     """HashClock whose evaluations of one shape take `delay` seconds each while `slow` is set."""
 

@@ -67,6 +67,13 @@ def kernel_source(spec_text: Optional[str], registry: Optional[str], device) -> 
                 kernel = build_kernel(spec, problem, device)
             else:
                 from . import lt_dispatch
+                if spec.lt_algo is None:
+                    # measure_shape prepared the baselines first, so autotune's choice for this
+                    # shape is in the cache now: record it, and time what dispatch will run.
+                    algo = lt_dispatch.cached_algo(device.key, problem.text)
+                    if algo is not None:
+                        reg.set_lt_algos(device.key, {problem.text: algo})
+                        spec = reg.lookup(problem, device.key)
                 target, words, why = lt_dispatch.choose(spec, lt_dispatch.lt_version())
                 if target == "torch":
                     return None, f"unavailable: cuBLAS won and dispatch calls torch.matmul ({why})"

@@ -62,7 +62,19 @@ def _file_winner(registry: Optional[str], best, device_key: str) -> str:
         return f"not filed: {str(e).splitlines()[0]}"
     if entry is None:
         return "kept (registry has faster)"
+    if entry.backend == "cublas":
+        _attach_lt(registry, entry)
     return f"filed {entry.backend}"
+
+
+def _attach_lt(registry, entry) -> None:
+    """A cublas entry records the algorithm cuBLASLt autotune chose for it in this run (the GPU
+    worker's on-disk cache), so dispatch runs that call (cudal2.lt_dispatch)."""
+    from .lt_dispatch import cached_algo
+    from .registry import Registry
+    algo = cached_algo(entry.device, entry.problem)
+    if algo is not None:
+        Registry.load(registry).set_lt_algos(entry.device, {entry.problem: algo})
 
 
 def generate_cmd(
@@ -264,7 +276,10 @@ def _file(registry, out, device_key: str) -> str:
         entry = record_cublas(registry, out["problem"], device_key, seen.baselines_us, versions=seen.versions)
     except RegistryError as e:
         return f"not filed: {str(e).splitlines()[0]}"
-    return "filed cublas (no kernel passed the full check)" if entry else "kept (registry has faster)"
+    if entry is None:
+        return "kept (registry has faster)"
+    _attach_lt(registry, entry)
+    return "filed cublas (no kernel passed the full check)"
 
 
 def _summary(results, device_key: str, store_path: str) -> None:

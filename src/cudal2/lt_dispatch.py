@@ -86,6 +86,16 @@ def read_tune_cache(path) -> tuple[str, dict]:
     return m.group(1), out
 
 
+def cached_algo(device_key: str, problem_text: str) -> dict | None:
+    """The lt_algo autotune chose for a problem on this machine (cudal2.baselines' cache), if any."""
+    from .timing import _cache_dir      # where cudal2.baselines keeps autotune's choices
+    try:
+        _, algos = read_tune_cache(_cache_dir() / f"lt-autotune-{device_key}.json")
+    except ValueError:
+        return None     # no cache yet (nvmath missing, autotune never ran here)
+    return algos.get(problem_text)
+
+
 class LtKernel:
     """C = A @ B for one problem through cublasLtMatmul with a fixed algorithm."""
 
