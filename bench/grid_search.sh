@@ -11,10 +11,14 @@
 # State lives in run/ (git-ignored): run/grid.db (the store: every measurement and the search log)
 # and run/registry/. Both come back packed under $OUT (run.tgz; at most 8 files come back) and go
 # out again with the next call's `carry: ["run", ...]`: unpack run.tgz at the repo root in between.
-# To go on from the committed state of 2026-12-03 (377 shapes searched) in a new session:
-#   mkdir -p run && gunzip -c bench/results/h200-sm90/grid_search/grid_store.db.gz >run/grid.db
-#   tar xzf bench/results/h200-sm90/grid_search/grid_policy_ckpt.tgz    # run/grid.db.ckpt: the policy
-#   cudal2 registry export run/registry                                  # the shipped entries
+# To go on from the committed state (2026-12-03, second session: 827 shapes searched, 377 compared)
+# in a new session:
+#   G=bench/results/h200-sm90/grid_search; mkdir -p run/compare
+#   gunzip -c $G/grid_store.db.gz >run/grid.db
+#   tar xzf $G/grid_policy_ckpt.tgz                     # run/grid.db.ckpt: the policy
+#   cudal2 registry export run/registry                 # the shipped entries
+#   cp $G/lt-autotune-h200-sm90.json run/               # cuBLASLt autotune's choices (235 shapes)
+#   gunzip -c $G/compare_grid.rows.jsonl.gz >run/compare/compare_grid.rows.jsonl   # compared rows
 # The search's settings are the ones on the command line below; NOTES.md says why each.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -32,11 +36,12 @@ case "$stage" in
     n=$(ls "$OUT"/generate_*.log 2>/dev/null | wc -l)
     # budget 8 = 4 seeds + one policy group of 4; screen 10 ms; the fastest screened candidate
     # re-checked in full with 30 ms of timing (replaced if it fails). Calls 10-13 (2026-12-03) ran
-    # --seed-list fixed:4; auto:4 (split-K seeds on shapes whose tiles cannot fill the SMs, fitting
-    # tiles first) answers what they lost most on, and has not run on a GPU yet.
-    # CAP: the screen's calls per function. Calls 10-13 had none and spent 2.5 s per shape under
-    # 1 GFLOP timing thousands of ~5 us calls at ~30 us of host time each; the finalist's full pass
-    # stays uncapped, so the log's screen-vs-full agreement measures what the cap costs.
+    # --seed-list fixed:4 and no cap (377 shapes); calls 14-15 the defaults here (450 shapes): on
+    # shapes whose tiles cannot fill the SMs with K >= 2048 the search's best went from 0.51x to
+    # 0.78x of best-cublas (other shapes of the same grid, not the same ones), none below 0.5x.
+    # CAP: the screen's calls per function. Uncapped, shapes under 1 GFLOP spent 2.5 s each timing
+    # thousands of ~5 us calls at ~30 us of host time each; capped at 300, 1.6 s. The finalist's
+    # full pass stays uncapped: full/screen median 1.011x there, within 3% on 84% (96% uncapped).
     capopt=(); [ "$cap" != 0 ] && capopt=(--screen-max-calls "$cap")
     timeout $((${limit%.*} + 45)) cudal2 generate --shapes grid --stride 7 --backend both \
       --budget 8 --group 4 --seed-list "$seeds" "${capopt[@]}" --screen-ms 10 --full-ms 30 --recheck 1 \

@@ -51,6 +51,18 @@ def test_cublas_entries_count_as_best_cublas_or_at_torch_time():
     assert s["<1GF"]["n"] == 1 and s[">100GF"]["n"] == 1 and s["1-100GF"] is None
 
 
+def test_cublas_entry_timed_through_its_cublaslt_call():
+    """A cuBLAS entry whose compare row timed the cuBLASLt call dispatch makes (cudal2_via):
+    counted still at best-cublas (the issue's rule), dispatched at that measured time."""
+    gr = _module()
+    r = _row(B, {"torch": 6.0, "cublas-nn": 5.0}, kernel=5.5)
+    r["cudal2_via"] = "cublaslt-autotune"
+    for mode in ("offline", "server"):
+        assert gr.ratios([r], mode, None, "counted") == {B.shape: 1.0}
+        assert gr.ratios([r], mode, None, "dispatched") == {B.shape: 5 / 5.5}
+        assert gr.ratios([r], mode, "torch", "dispatched") == {B.shape: 6 / 5.5}
+
+
 def test_report_from_a_stub_generate_run(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
