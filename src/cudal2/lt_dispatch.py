@@ -15,8 +15,9 @@ cublas-nn / cublas-tn are not dispatch targets (torch.matmul is cuBLAS already).
 `LtKernel` is the backends' Kernel contract (backends/base.py) for one problem, so ops' _BoundPlan
 does the argument checks. The algorithm was chosen for 256-byte aligned operands (fresh tensors in
 the evaluator); a launch whose pointers are less aligned computes through torch.matmul instead, so
-a view at an offset is never misread. One workspace per (device, stream): cuBLASLt's split-K
-algorithms write it, and two streams sharing one would race.
+a view at an offset is never misread. Each plan checks one launch against the fp32 reference
+before serving (a wrong algorithm is refused, not used). One workspace per (device, stream):
+cuBLASLt's split-K algorithms write it, and two streams sharing one would race.
 """
 from __future__ import annotations
 
@@ -30,10 +31,10 @@ _ALIGN_MASK = 255
 
 def lt_version() -> int | None:
     """The installed cuBLASLt's version, or None when nvmath-python (or the library) is missing."""
-    from .baselines import BaselineUnavailable, _nvmath
+    from .baselines import _nvmath
     try:
         return int(_nvmath()[2].get_version())
-    except (BaselineUnavailable, Exception):
+    except Exception:       # BaselineUnavailable, or a library that will not load
         return None
 
 
@@ -114,6 +115,22 @@ class LtKernel:
         self.handle = _resources()["lt"]
         self.ws_bytes = WORKSPACE_BYTES
         self._ws: dict = {}
+        self._self_check()
+
+    def _self_check(self) -> None:
+        """One launch on random operands against the checker's fp32 reference before the plan is
+        used: a stored algorithm this library takes but computes wrong (or a binding mismatch)
+        refuses the plan, and ops falls back to torch.matmul. Costs one GEMM per shape, once."""
+        from .check import REL_TOL, reference, rel_error
+        p = self.problem
+        g = torch.Generator(device="cuda").manual_seed(0)
+        a = torch.randn(p.M, p.K, device="cuda", dtype=torch.float16, generator=g)
+        b = torch.randn(*p.b_shape(), device="cuda", dtype=torch.float16, generator=g)
+        c = torch.full((p.M, p.N), float("nan"), device="cuda", dtype=torch.float16)
+        self(a, b, c)
+        err = rel_error(c, reference(a, b, p.layout))
+        if not err <= REL_TOL:      # NaN (unwritten) fails too
+            raise RuntimeError(f"{self.via} for {p}: self-check failed, relative error {err:.2e} > {REL_TOL:g}")
 
     def supports(self, problem: Problem) -> bool:
         return problem == self.problem
