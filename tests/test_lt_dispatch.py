@@ -134,3 +134,15 @@ def test_ops_dispatches_exact_cublas_entry_to_the_winning_call(tmp_path, hopper,
         assert kern is None and info.startswith("torch: cublas won 128x128x256:nn, cublaslt-autotune failed")
     finally:
         ops.set_registry(None)
+
+
+@pytest.mark.parametrize("kernel_us, backend", [(3.0, "cublas"), (1.0, "triton")])
+def test_record_winner_keeps_lt_algo_only_where_cublas_won(tmp_path, kernel_us, backend):
+    from cudal2.registry import record_winner
+    spec = "backend=triton family=tiled bm=64 bn=64 bk=64 warps=4 stages=4 group_m=8"
+    m = {"status": "ok", "check": {"passed": True}, "problem": "64x64x64:nn", "spec": spec, "time_us": kernel_us,
+         "best_cublas_us": 2.0, "baselines_us": {"torch": 2.5, "cublaslt-autotune": 2.0}}
+    algo = {"data": WORDS, "cublasLt": V}
+    e = record_winner(tmp_path, m, "# kernel\n", DEV, lt_algo=algo)
+    assert e.backend == backend and e.lt_algo == (algo if backend == "cublas" else None)
+    assert Registry.load(tmp_path).lookup(Problem.parse("64x64x64:nn"), DEV).lt_algo == e.lt_algo

@@ -57,24 +57,12 @@ def _file_winner(registry: Optional[str], best, device_key: str) -> str:
     spec = KernelSpec.parse(best.spec)
     try:
         source = get_backend(spec.backend).render(spec, Problem.parse(best.problem))
-        entry = record_winner(registry, best, source, device_key)
+        entry = record_winner(registry, best, source, device_key, lt_algo=_lt_algo(device_key, best.problem))
     except (RegistryError, ImportError, ValueError) as e:
         return f"not filed: {str(e).splitlines()[0]}"
     if entry is None:
         return "kept (registry has faster)"
-    if entry.backend == "cublas":
-        _attach_lt(registry, entry)
     return f"filed {entry.backend}"
-
-
-def _attach_lt(registry, entry) -> None:
-    """A cublas entry records the algorithm cuBLASLt autotune chose for it in this run (the GPU
-    worker's on-disk cache), so dispatch runs that call (cudal2.lt_dispatch)."""
-    from .lt_dispatch import cached_algo
-    from .registry import Registry
-    algo = cached_algo(entry.device, entry.problem)
-    if algo is not None:
-        Registry.load(registry).set_lt_algos(entry.device, {entry.problem: algo})
 
 
 def generate_cmd(
@@ -273,13 +261,18 @@ def _file(registry, out, device_key: str) -> str:
     if seen is None or not seen.baselines_us:
         return "nothing filed: no candidate passed the checks"
     try:
-        entry = record_cublas(registry, out["problem"], device_key, seen.baselines_us, versions=seen.versions)
+        entry = record_cublas(registry, out["problem"], device_key, seen.baselines_us, versions=seen.versions,
+                              lt_algo=_lt_algo(device_key, out["problem"]))
     except RegistryError as e:
         return f"not filed: {str(e).splitlines()[0]}"
-    if entry is None:
-        return "kept (registry has faster)"
-    _attach_lt(registry, entry)
-    return "filed cublas (no kernel passed the full check)"
+    return "filed cublas (no kernel passed the full check)" if entry else "kept (registry has faster)"
+
+
+def _lt_algo(device_key: str, problem) -> dict | None:
+    """The algorithm cuBLASLt autotune chose for `problem` in this run (the GPU worker's on-disk
+    cache), for a cublas entry to record: dispatch then runs that call (cudal2.lt_dispatch)."""
+    from .lt_dispatch import cached_algo
+    return cached_algo(device_key, Problem.parse(str(problem)).text)
 
 
 def _summary(results, device_key: str, store_path: str) -> None:

@@ -316,11 +316,7 @@ def _cublas_choice(reg: Registry, e, problem: Problem, idx: int):
     ck = (str(reg.root), e.key, target, idx)
     if ck not in _KERNELS:
         try:
-            if torch.cuda.device_count() > 1:
-                with torch.cuda.device(idx):
-                    _KERNELS[ck] = lt_dispatch.LtKernel(problem, words)
-            else:
-                _KERNELS[ck] = lt_dispatch.LtKernel(problem, words)
+            _KERNELS[ck] = _on_device(idx, lt_dispatch.LtKernel, problem, words)
         except Exception as err:   # the tuned answer is still cuBLAS: torch.matmul serves it
             _KERNELS[ck] = (str(err).splitlines() or [type(err).__name__])[0]
     k = _KERNELS[ck]
@@ -328,6 +324,16 @@ def _cublas_choice(reg: Registry, e, problem: Problem, idx: int):
         _warn_once(f"cudal2: {target} for {e.key} failed to set up ({k}); using torch.matmul")
         return None, f"torch: cublas won {e.problem}, {target} failed ({k})"
     return k, f"{target}: cublas won {e.key}, {why}"
+
+
+def _on_device(idx: int, build, *args):
+    """build(*args) with device idx current: a CUDA-backend kernel loads its module (and cuBLASLt
+    its handle) into the current device's context, so build on the tensors' device, not whichever
+    is current. NOTE: untested on >1 GPU."""
+    if torch.cuda.device_count() > 1:
+        with torch.cuda.device(idx):
+            return build(*args)
+    return build(*args)
 
 
 def _kernel(reg: Registry, e, dev, idx):
@@ -339,13 +345,7 @@ def _kernel(reg: Registry, e, dev, idx):
             reg.read_source(e)      # the stored file must still hash to the index's sha256
             # Build from the spec, and fail closed unless that renders exactly the stored source.
             spec = check_render(e)
-            # A CUDA-backend kernel loads its module into the current device's context, so build
-            # on the tensors' device (idx), not whichever is current. NOTE: untested on >1 GPU.
-            if torch.cuda.device_count() > 1:
-                with torch.cuda.device(idx):
-                    _KERNELS[ck] = build_kernel(spec, e.prob, dev)
-            else:
-                _KERNELS[ck] = build_kernel(spec, e.prob, dev)
+            _KERNELS[ck] = _on_device(idx, build_kernel, spec, e.prob, dev)
         except Exception as err:   # any failure refuses the entry; dispatch stays correct
             _KERNELS[ck] = (str(err).splitlines() or [type(err).__name__])[0]
     return _KERNELS[ck]

@@ -13,12 +13,14 @@ def _get(m, name, default=None):
 
 
 def record_winner(registry_path, measurement, source_text: str | None, device_key: str | None = None,
-                  force: bool = False) -> Entry | None:
+                  force: bool = False, lt_algo: dict | None = None) -> Entry | None:
     """File a Measurement (object or dict, ARCHITECTURE.md fields) as its problem's winner.
 
     A kernel slower than best-cublas is filed as a "cublas" winner (dispatch then uses
     torch.matmul). An existing entry is kept if its speedup over best-cublas (a ratio from one run,
-    robust to drift between runs) is higher, unless `force`. Returns the filed entry or None.
+    robust to drift between runs) is higher, unless `force`. `lt_algo`: cuBLASLt autotune's
+    algorithm for the problem (cudal2.lt_dispatch), recorded if the entry says cuBLAS. Returns the
+    filed entry or None.
     """
     status = _get(measurement, "status")
     if status != "ok":
@@ -44,6 +46,7 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
     if not wins:
         # Keep what the best kernel reached, for the record; the entry dispatches to cuBLAS.
         entry.times = {**entry.times, "best_kernel_us": t, "best_kernel_spec": spec.text}
+        entry.lt_algo = lt_algo
     from .registry import Registry
     reg = Registry.load(registry_path)
     old = reg.lookup(Problem.parse(problem), device_key)
@@ -53,7 +56,7 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
 
 
 def record_cublas(registry_path, problem: str | Problem, device_key: str, baselines_us: dict,
-                  versions: dict | None = None, force: bool = False) -> Entry | None:
+                  versions: dict | None = None, force: bool = False, lt_algo: dict | None = None) -> Entry | None:
     """File "cuBLAS wins" for a problem where no generated kernel passed the checker at all, so
     dispatch uses torch.matmul there instead of borrowing a nearby problem's kernel."""
     p = problem if isinstance(problem, Problem) else Problem.parse(problem)
@@ -66,5 +69,5 @@ def record_cublas(registry_path, problem: str | Problem, device_key: str, baseli
         return None
     e = Entry(problem=p.text, device=device_key, backend="cublas", time_us=baselines_us[name],
               best_cublas_us=baselines_us[name], best_cublas=name, baselines_us=dict(baselines_us),
-              versions=dict(versions or {}))
+              versions=dict(versions or {}), lt_algo=lt_algo)
     return reg.add(e, None)
