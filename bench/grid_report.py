@@ -132,6 +132,10 @@ def main(argv=None) -> int:
                    and not str(r.get("cudal2_via", "kernel")).startswith("cublas")]
     rep["entries"] = dict(filed)
     rep["kernel_beats_best_cublas"] = {m: sum(r.get(f"{m}_cudal2_vs_best", 0) > 1.0 for r in kernel_rows) for m in MODES}
+    backend_of = {e["problem"].split(":")[0]: e["backend"] for e in entries.values() if e["device"] == args.device}
+    rep["kernel_beats_best_cublas_by_backend"] = {
+        m: dict(Counter(backend_of.get(r["shape"], "?") for r in kernel_rows if r.get(f"{m}_cudal2_vs_best", 0) > 1.0))
+        for m in MODES}
     rep["winner_from"] = dict(Counter(r["winner_from"] for r in log if r["filed"].startswith("filed")
                                       and "cublas" not in r["filed"]))
     rep["best_found_from"] = dict(Counter(r["winner_from"] for r in log if r["winner_from"]))
@@ -152,6 +156,7 @@ def main(argv=None) -> int:
     for r in log:
         ph.update({k[:-2]: r[k] for k in r if k.endswith("_s") and k not in ("wall_s", "evaluator_s") and r[k]})
         fails.update(json.loads(r["failures"]))
+    rep["limits"] = limits(rows, log, entries, args.device)
     rep["search_cost"] = {"wall_s": round(sum(r["wall_s"] for r in log), 1),
                           "evaluator_s": round(sum(r["evaluator_s"] for r in log), 1),
                           "phase_s": {k: round(v, 1) for k, v in ph.items()},
@@ -165,10 +170,52 @@ def main(argv=None) -> int:
     return 0
 
 
+def limits(rows: list[dict], log: list[dict], entries: dict, device: str) -> dict:
+    """Per work class, what holds it back: how close cuBLAS already is to the roofline (the room
+    left), how close the search's best kernel came, which family that kernel was, whether seeds or
+    the policy found it, and how many kernels were filed and from which backend."""
+    import statistics
+    from cudal2.stats import flop_class
+    best_roof = {r["shape"]: r.get(f"offline_{r['offline_best_cublas']}_roofline") for r in rows
+                 if r.get("offline_best_cublas")}
+    out = {}
+    for cls in CLASSES:
+        lg = [r for r in log if r["class"] == cls]
+        sp = sorted(r["search_speedup"] for r in lg if r["search_speedup"])
+        roof = sorted(v for s, v in best_roof.items() if v and s in {r["shape"] for r in lg})
+        filed = [e for e in entries.values() if e["device"] == device and e["backend"] != "cublas"
+                 and flop_class(_flops(e["problem"])) == cls]
+        split = [r for r in lg if r["winner_spec"] and "split_k=1 " not in r["winner_spec"] + " "]
+        out[cls] = {
+            "shapes": len(lg),
+            "best_cublas_roofline_median": statistics.median(roof) if roof else None,
+            "search_best_median": statistics.median(sp) if sp else None,
+            "search_best_ge_0.95": sum(v >= 0.95 for v in sp), "search_best_lt_0.5": sum(v < 0.5 for v in sp),
+            "best_family": dict(Counter(r["winner_family"] for r in lg if r["winner_family"])),
+            "best_split_k": len(split),
+            "best_from": dict(Counter(r["winner_from"] for r in lg if r["winner_from"])),
+            "filed": dict(Counter(e["backend"] for e in filed)),
+        }
+    return out
+
+
+def _flops(problem_text: str) -> float:
+    from cudal2.problems import Problem
+    return Problem.parse(problem_text).flops
+
+
 def _fmt(s: dict | None) -> str:
     if not s:
         return "-"
     return f"{s['geomean']:.3f} / {s['mean']:.3f} / {s['worst']:.3f} ({s['n']})"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _counts(c: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(c.items(), key=lambda kv: -kv[1]))
 
 
 def markdown(rep: dict) -> str:
@@ -182,9 +229,23 @@ def markdown(rep: dict) -> str:
     lines += ["", "The search's best fully checked kernel / best-cublas (its own measurement, every searched shape): "
               + "; ".join(f"{c} {_fmt(s.get(c))}" for c in ("all", *CLASSES)), "",
               f"Registry entries: {rep['entries']}; a kernel beats best-cublas in the compare on "
-              f"{rep['kernel_beats_best_cublas']['offline']} shapes offline, {rep['kernel_beats_best_cublas']['server']} server. "
+              f"{rep['kernel_beats_best_cublas']['offline']} shapes offline ({_counts(rep['kernel_beats_best_cublas_by_backend']['offline'])}), "
+              f"{rep['kernel_beats_best_cublas']['server']} server ({_counts(rep['kernel_beats_best_cublas_by_backend']['server'])}). "
               f"Filed kernels came from: {rep['winner_from']}; the best kernel per shape (filed or not) from: "
               f"{rep['best_found_from']}.", ""]
+    pk = rep.get("peak") or {}
+    lines += ["What limits each class: best-cublas's roofline fraction, median (the room left; the roofline takes "
+              f"the compare run's measured peak: {pk.get('flops', 0) / 1e12:.0f} TFLOP/s, torch.matmul's best cube, "
+              f"and {pk.get('bw', 0) / 1e12:.2f} TB/s), the search's best kernel / best-cublas (median; shapes "
+              ">= 0.95x, < 0.5x), the family and origin of that kernel, kernels filed.", "",
+              "| class | shapes | best-cublas roofline | search best | >= 0.95x / < 0.5x | best family | split-K | "
+              "found by | filed |", "|---|---|---|---|---|---|---|---|---|"]
+    for cls, v in rep["limits"].items():
+        lines.append(f"| {cls} | {v['shapes']} | {_num(v['best_cublas_roofline_median'])} | "
+                     f"{_num(v['search_best_median'])} | {v['search_best_ge_0.95']} / {v['search_best_lt_0.5']} | "
+                     f"{_counts(v['best_family'])} | {v['best_split_k']} | {_counts(v['best_from'])} | "
+                     f"{_counts(v['filed']) or 0} |")
+    lines.append("")
     for shape, v in rep["cubes_tflops"].items():
         lines.append(f"- {shape}: {v['tflops']:.0f} TFLOP/s offline via {v['dispatch']}")
     c = rep["search_cost"]

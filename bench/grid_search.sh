@@ -9,19 +9,23 @@
 #                                              # searched shapes (bench/screen_calibration.py)
 #
 # State lives in run/ (git-ignored): run/grid.db (the store: every measurement and the search log)
-# and run/registry/. Both come back packed under $OUT (run.tgz; at most 8 files come back) and go
-# out again with the next call's `carry: ["run", ...]`: unpack run.tgz at the repo root in between.
-# To go on from the committed state (2026-12-03, second session: 827 shapes searched, 377 compared)
-# in a new session:
+# and run/registry/. Both come back packed under $OUT (run.tgz; at most 8 files come back). Send
+# them out again packed: `mkdir -p .runpack && cp <files_at>/run.tgz .runpack/` and the next call's
+# `carry: [".runpack", ".whl", ".commit"]`; this script unpacks .runpack/run.tgz when run/ has no
+# store. (Carrying run/ unpacked went over the device's 64 MiB tree limit on 2026-12-03: the store
+# is 26 MB, 6 MB packed.)
+# To go on from the committed state (2026-12-03, third session: all 1000 shapes searched and
+# compared; nothing left for nn) in a new session, e.g. to search nt or re-search with new families:
 #   G=bench/results/h200-sm90/grid_search; mkdir -p run/compare
 #   gunzip -c $G/grid_store.db.gz >run/grid.db
 #   tar xzf $G/grid_policy_ckpt.tgz                     # run/grid.db.ckpt: the policy
 #   cudal2 registry export run/registry                 # the shipped entries
-#   cp $G/lt-autotune-h200-sm90.json run/               # cuBLASLt autotune's choices (235 shapes)
+#   cp $G/lt-autotune-h200-sm90.json run/               # cuBLASLt autotune's choices (916 shapes)
 #   gunzip -c $G/compare_grid.rows.jsonl.gz >run/compare/compare_grid.rows.jsonl   # compared rows
 # The search's settings are the ones on the command line below; NOTES.md says why each.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
+[ -f .runpack/run.tgz ] && [ ! -f run/grid.db ] && tar xzf .runpack/run.tgz
 mkdir -p "$OUT" run
 source "$(dirname "$0")/device_env.sh"
 # cuBLASLt autotune's choices (baselines.py's on-disk cache) travel in run/ too: the registry's

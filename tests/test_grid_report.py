@@ -28,6 +28,7 @@ def _row(p: Problem, times: dict, kernel: float | None) -> dict:
         r[f"{mode}_best_cublas"], r[f"{mode}_best_cublas_us"] = best, times[best]
         for n, t in times.items():
             r[f"{mode}_{n}_{key}"] = t
+            r[f"{mode}_{n}_roofline"] = 1.0 / t       # any number the report must carry through
         if kernel is not None:
             r[f"{mode}_cudal2_{key}"] = kernel
             r[f"{mode}_cudal2_vs_best"] = times[best] / kernel
@@ -101,6 +102,15 @@ def test_report_from_a_stub_generate_run(tmp_path, monkeypatch):
     assert 0 < kernels < len(shapes)          # both kinds of entry are in the report (HashClock, seeded)
     assert rep["entries"].get("cublas", 0) == len(shapes) - kernels
     assert rep["kernel_beats_best_cublas"]["offline"] == kernels        # 15 µs < 18 µs wherever a kernel runs
+    by_backend = {b: sum(e.backend == b for e in entries.values()) for b in ("triton", "cuda")}
+    assert rep["kernel_beats_best_cublas_by_backend"]["offline"] == {b: n for b, n in by_backend.items() if n}
     counted = rep["speedups"]["offline counted vs best-cublas"]["all"]
     assert counted["n"] == 3 and counted["geomean"] == pytest.approx((18 / 15) ** (kernels / 3))
     assert "cublas-tn" not in " ".join(rep["speedups"])                # a baseline with no times is left out
+    lim = rep["limits"]
+    assert lim["<1GF"]["shapes"] == 3 and lim["1-100GF"]["shapes"] == 0 and lim["1-100GF"]["search_best_median"] is None
+    assert sum(lim["<1GF"]["filed"].values()) == kernels
+    assert lim["<1GF"]["best_cublas_roofline_median"] == pytest.approx(1 / 18)     # cublas-nn, the faster
+    logged = sorted(float(x["search_speedup"]) for x in log)
+    assert lim["<1GF"]["search_best_median"] == pytest.approx(logged[1])
+    assert sum(lim["<1GF"]["best_from"].values()) == 3
