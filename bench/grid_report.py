@@ -175,17 +175,20 @@ def limits(rows: list[dict], log: list[dict], entries: dict, device: str) -> dic
     left), how close the search's best kernel came, which family that kernel was, whether seeds or
     the policy found it, and how many kernels were filed and from which backend."""
     import statistics
+
+    from cudal2.spec import KernelSpec
     from cudal2.stats import flop_class
     best_roof = {r["shape"]: r.get(f"offline_{r['offline_best_cublas']}_roofline") for r in rows
                  if r.get("offline_best_cublas")}
     out = {}
     for cls in CLASSES:
         lg = [r for r in log if r["class"] == cls]
-        sp = sorted(r["search_speedup"] for r in lg if r["search_speedup"])
-        roof = sorted(v for s, v in best_roof.items() if v and s in {r["shape"] for r in lg})
+        shapes = {r["shape"] for r in lg}
+        sp = [r["search_speedup"] for r in lg if r["search_speedup"]]
+        roof = [best_roof[s] for s in shapes if best_roof.get(s)]
         filed = [e for e in entries.values() if e["device"] == device and e["backend"] != "cublas"
                  and flop_class(_flops(e["problem"])) == cls]
-        split = [r for r in lg if r["winner_spec"] and "split_k=1 " not in r["winner_spec"] + " "]
+        split = [r for r in lg if r["winner_spec"] and KernelSpec.parse(r["winner_spec"]).split_k > 1]
         out[cls] = {
             "shapes": len(lg),
             "best_cublas_roofline_median": statistics.median(roof) if roof else None,
