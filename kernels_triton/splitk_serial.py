@@ -22,9 +22,10 @@ zeroed once at allocation serves every later launch on that (device, stream) wit
 
 Status: not in the spec's families (the search cannot propose it yet) until it is measured on the
 H200 against the tiled family's split-K and cuBLAS: `python3 bench/splitk_serial.py` does that.
-Making it a family adds a `family` value, which shifts the policy's vocabulary token ids (its
-checkpoint then needs a remap on load), and it must stay its own module: a registry entry's hash
-covers its family module's whole source (`registry.check_render`).
+Making it a family adds a `family` value: that shifts the policy's vocabulary ids, which
+`SpecPolicy.load` and a resumed search absorb (rows move to the new ids, rl/vocab.py). It must stay
+its own module: a registry entry's hash covers its family module's whole source
+(`registry.check_render`), so editing tiled.py would fail every shipped tiled entry closed.
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from cudal2.problems import Problem
 from cudal2.spec import FIELDS, KernelSpec, valid_values
 
 from .features import N_FEATURES, context_vector
-from .vocab import VOCAB
+from .vocab import VOCAB, remap_vocab_tensors, rows_from
 
 T = len(FIELDS)
 _VALUE = {i: VOCAB.value(i) for ids in VOCAB.field_tokens.values() for i in ids}
@@ -192,12 +192,26 @@ class SpecPolicy(nn.Module):
 
     @classmethod
     def load(cls, path) -> "SpecPolicy":
+        """A saved policy. Saved under a smaller grammar (a choice added to cudal2.spec.CHOICES since,
+        e.g. a new family), its token rows move to the new ids and the new tokens start from fresh
+        initial weights; `remapped_from` then holds the old vocabulary (the trainer's state needs
+        the same move). A grammar that lost a choice is refused."""
         ck = torch.load(path, map_location="cpu", weights_only=False)
-        if ck.get("vocab") != VOCAB.tokens:
-            raise ValueError(f"{path}: the checkpoint's vocabulary differs from cudal2.spec.CHOICES "
-                             "(the spec grammar changed since it was saved); train a new policy")
+        old = ck.get("vocab")
+        if not old:
+            raise ValueError(f"{path}: not a cudal2 policy checkpoint (no vocabulary)")
         p = cls(**ck["hparams"])
-        p.load_state_dict(ck["state"])
+        state = ck["state"]
+        p.remapped_from = None
+        if old != VOCAB.tokens:
+            try:
+                rows = rows_from(old)
+            except ValueError as e:
+                raise ValueError(f"{path}: {e}") from None
+            fresh = p.state_dict()
+            state = remap_vocab_tensors(state, rows, len(old), p.hparams["d_model"], lambda k, v: fresh[k])
+            p.remapped_from = list(old)
+        p.load_state_dict(state)
         return p
 
 

@@ -157,7 +157,16 @@ class Search:
         loaded = type(self.trainer.module).load(pol_path)
         self.trainer.module.load_state_dict(loaded.state_dict())
         if tr_path.exists():
-            self.trainer.load_state_dict(torch.load(tr_path, map_location="cpu", weights_only=False))
+            state = torch.load(tr_path, map_location="cpu", weights_only=False)
+            old = getattr(loaded, "remapped_from", None)
+            if old:     # saved under a smaller grammar: the reference and Adam's moments move too
+                from .vocab import VOCAB, remap_vocab_tensors, rows_from
+                fresh = loaded.state_dict()
+
+                def fill(key, t):   # the reference's new rows as the policy's; moments start at zero
+                    return fresh[key] if key in fresh else torch.zeros(len(VOCAB), t.shape[1], dtype=t.dtype)
+                state = remap_vocab_tensors(state, rows_from(old), len(old), loaded.hparams["d_model"], fill)
+            self.trainer.load_state_dict(state)
         self.on_event("restored", path=str(pol_path), steps=self.trainer.steps)
         return True
 

@@ -7,6 +7,8 @@ tokenised: it enters as one continuous embedding in front of the spec (see polic
 """
 from __future__ import annotations
 
+import torch
+
 from cudal2.spec import CHOICES, FIELDS, KernelSpec
 
 SPECIALS = ("<pad>", "<bos>", "<ctx>")
@@ -53,3 +55,37 @@ class Vocab:
 
 
 VOCAB = Vocab()
+
+
+# ---- checkpoints saved under an older grammar ---------------------------------------------------------
+def rows_from(old_tokens: list[str], new_tokens: list[str] | None = None) -> list[int | None]:
+    """For each token of the new vocabulary, its row in a tensor laid out by `old_tokens` (None: a
+    token the old grammar did not have). The grammar may only grow: a choice that was removed would
+    leave learned rows with no meaning, so that raises."""
+    new_tokens = VOCAB.tokens if new_tokens is None else new_tokens
+    gone = [t for t in old_tokens if t not in new_tokens]
+    if gone:
+        raise ValueError(f"the checkpoint's vocabulary has tokens the grammar no longer has ({', '.join(gone[:5])}); "
+                         "train a new policy")
+    where = {t: i for i, t in enumerate(old_tokens)}
+    return [where.get(t) for t in new_tokens]
+
+
+def remap_vocab_tensors(state: dict, rows: list[int | None], n_old: int, width: int, fill) -> dict:
+    """`state` with every [n_old, width] tensor (the token embedding, the output head, their
+    optimizer moments) re-laid out by `rows`; a new token's row comes from `fill(key, tensor)`, a
+    tensor of the new shape (fresh initial weights for weights, zeros for moments). Nested dicts
+    (an optimizer's state) are walked; other values pass through."""
+    out = {}
+    for k, v in state.items():
+        if isinstance(v, dict):
+            out[k] = remap_vocab_tensors(v, rows, n_old, width, fill)
+        elif isinstance(v, torch.Tensor) and v.ndim == 2 and tuple(v.shape) == (n_old, width):
+            new = fill(k, v).clone()
+            for i, r in enumerate(rows):
+                if r is not None:
+                    new[i] = v[r]
+            out[k] = new
+        else:
+            out[k] = v
+    return out
