@@ -81,7 +81,7 @@ def test_seeds_first_then_policy_then_full_recheck_of_the_fastest(fake_gpu, tmp_
     win = min(full, key=lambda m: m.time_us)
     e = Registry.load(reg).lookup(p, HOPPER.key)
     assert e.spec == win.spec and e.best_cublas_us == pytest.approx(win.best_cublas_us)
-    assert (e.backend != "cublas") == (win.time_us < win.best_cublas_us)
+    assert (e.backend != "cublas") == (win.time_us * 1.01 < win.best_cublas_us)     # --file-margin 1.01
     assert e.time_us == pytest.approx(win.time_us if e.backend != "cublas" else win.best_cublas_us)
     # The search log: one row for the shape, its counts matching the store.
     with Store(db) as st:
@@ -194,10 +194,38 @@ def test_time_limit_stops_cleanly_and_resume_finishes_without_remeasuring(fake_g
     assert calls_before > 0 and made[1].calls > 0
 
 
+def test_file_margin_files_cublas_for_a_small_win(fake_gpu, tmp_path):
+    """A kernel that beat best-cublas in the full pass, but by less than --file-margin, is filed as
+    cuBLAS; with --file-margin 1.0 the same measurements file the kernel."""
+    clock = HashClock()
+    fake_gpu(clock)
+    won = []
+    for p in SHAPES:        # the shapes where this clock's fastest seed beats best-cublas
+        best = min(clock(s, p) for s in FixedListPolicy.candidates(p, HOPPER)[:4])
+        if best < min(clock.baselines(p).values()):
+            won.append(p)
+    assert won, "HashClock gives no winning shape here: the test needs one"
+    p = won[0]
+    margin = 1.5 * min(clock.baselines(p).values()) / min(clock(s, p) for s in FixedListPolicy.candidates(p, HOPPER)[:4])
+    for m, want in ((margin, "cublas"), (1.0, None)):
+        db, reg = tmp_path / f"{m}.db", tmp_path / f"reg{m}"
+        r = _invoke("--shapes", p.shape, "--budget", 4, "--seed-list", "fixed:4", "--recheck", 1,
+                    "--store", db, "--registry", reg, "--file-margin", m)
+        assert r.exit_code == 0, r.output
+        e = Registry.load(reg).lookup(p, HOPPER.key)
+        with Store(db) as st:
+            log = st.shapes(HOPPER.key)[p.text]
+        if want == "cublas":
+            assert e.backend == "cublas" and "margin" in log["filed"]
+        else:
+            assert e.backend != "cublas" and log["filed"] == f"filed {e.backend}"
+
+
 def test_bad_options_are_one_line_errors(fake_gpu, tmp_path):
     fake_gpu(HashClock())
     for opt, val, words in (("--seed-list", "best:4", "fixed:N"), ("--screen-ms", 0, "--screen-ms"),
-                            ("--time-limit", -1, "--time-limit"), ("--recheck", 0, "--recheck")):
+                            ("--time-limit", -1, "--time-limit"), ("--recheck", 0, "--recheck"),
+                            ("--file-margin", 0.5, "--file-margin")):
         r = _invoke("--shapes", "64x64x64", "--store", tmp_path / "s.db", opt, val)
         assert r.exit_code == 2 and words in r.output, (opt, r.output)
         assert len(r.output.strip().splitlines()) == 1

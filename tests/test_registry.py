@@ -197,6 +197,19 @@ def test_record_winner(tmp_path):
     assert record_cublas(tmp_path, "512x512x512", DEV, {"torch": 1.0}) is None   # never over a winner
 
 
+def test_record_winner_margin(tmp_path):
+    """A win smaller than the filing margin files cuBLAS (keeping the kernel's time for the record);
+    the comparison is exact at the edge: 9.9 us * 1.01 = 9.999 < 10 files the kernel."""
+    m = {"spec": TILED, "problem": "512x512x512", "device": DEV, "status": "ok", "time_us": 9.95,
+         "best_cublas_us": 10.0, "baselines_us": {"cublas-nn": 10.0}, "check": {"passed": True}}
+    near = record_winner(tmp_path / "a", m, src("w"), margin=1.01)
+    assert near.backend == "cublas" and near.times["best_kernel_us"] == 9.95 and near.time_us == 10.0
+    assert record_winner(tmp_path / "b", m, src("w")).backend == "triton"           # margin 1.0: any win
+    assert record_winner(tmp_path / "c", {**m, "time_us": 9.9}, src("w"), margin=1.01).backend == "triton"
+    with pytest.raises(RegistryError, match="margin"):
+        record_winner(tmp_path / "d", m, src("w"), margin=0.99)
+
+
 def test_export_is_standalone(tmp_path):
     reg = Registry.load(tmp_path / "a")
     reg.add(entry("128x128x128"), src("one"))

@@ -13,15 +13,17 @@ def _get(m, name, default=None):
 
 
 def record_winner(registry_path, measurement, source_text: str | None, device_key: str | None = None,
-                  force: bool = False, lt_algo: dict | None = None) -> Entry | None:
+                  force: bool = False, lt_algo: dict | None = None, margin: float = 1.0) -> Entry | None:
     """File a Measurement (object or dict, ARCHITECTURE.md fields) as its problem's winner.
 
-    A kernel slower than best-cublas is filed as a "cublas" winner (dispatch then uses
-    torch.matmul). An existing entry is kept if its speedup over best-cublas (a ratio from one run,
+    A kernel that does not beat best-cublas by `margin` (time * margin < best-cublas; 1.0: any win)
+    is filed as a "cublas" winner (dispatch then runs the fastest cuBLAS call, cudal2.lt_dispatch). An existing entry is kept if its speedup over best-cublas (a ratio from one run,
     robust to drift between runs) is higher, unless `force`. `lt_algo`: cuBLASLt autotune's
     algorithm for the problem (cudal2.lt_dispatch), recorded if the entry says cuBLAS. Returns the
     filed entry or None.
     """
+    if not margin >= 1.0:
+        raise RegistryError(f"the filing margin must be >= 1.0 (a ratio over best-cublas), got {margin}")
     status = _get(measurement, "status")
     if status != "ok":
         raise RegistryError(f"measurement status is {status!r}: only checked, timed (ok) kernels can be filed")
@@ -36,7 +38,7 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
     t, best = _get(measurement, "time_us"), _get(measurement, "best_cublas_us")
     baselines = dict(_get(measurement, "baselines_us") or {})
     best_name = min(baselines, key=baselines.get) if baselines else None
-    wins = t is not None and best is not None and t < best
+    wins = t is not None and best is not None and t * margin < best
     entry = Entry(problem=problem, device=device_key, backend=spec.backend if wins else "cublas",
                   spec=spec.text, time_us=t if wins else best, best_cublas_us=best, best_cublas=best_name,
                   baselines_us=baselines, times=dict(_get(measurement, "times") or {}),
