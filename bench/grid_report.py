@@ -157,6 +157,7 @@ def main(argv=None) -> int:
         ph.update({k[:-2]: r[k] for k in r if k.endswith("_s") and k not in ("wall_s", "evaluator_s") and r[k]})
         fails.update(json.loads(r["failures"]))
     rep["limits"] = limits(rows, log, entries, args.device)
+    rep["filing_bands"] = filing_bands(kernel_rows, log)
     rep["search_cost"] = {"wall_s": round(sum(r["wall_s"] for r in log), 1),
                           "evaluator_s": round(sum(r["evaluator_s"] for r in log), 1),
                           "phase_s": {k: round(v, 1) for k, v in ph.items()},
@@ -199,6 +200,26 @@ def limits(rows: list[dict], log: list[dict], entries: dict, device: str) -> dic
             "best_from": dict(Counter(r["winner_from"] for r in lg if r["winner_from"])),
             "filed": dict(Counter(e["backend"] for e in filed)),
         }
+    return out
+
+
+BANDS = ((1.0, 1.01), (1.01, 1.02), (1.02, 1.05), (1.05, float("inf")))
+
+
+def filing_bands(kernel_rows: list[dict], log: list[dict]) -> list[dict]:
+    """Filed kernels by how much they won in the search's full pass, and how they fared in the
+    compare run after it (the evidence behind `cudal2 generate --file-margin`)."""
+    import math
+    won = {r["shape"]: r["search_speedup"] for r in log if r["search_speedup"]}
+    out = []
+    for lo, hi in BANDS:
+        sel = [r for r in kernel_rows if lo <= won.get(r["shape"], 0.0) < hi]
+        band = {"search_win": [lo, hi if math.isfinite(hi) else None], "shapes": len(sel)}
+        for m in MODES:
+            v = [r[f"{m}_cudal2_vs_best"] for r in sel if r.get(f"{m}_cudal2_vs_best")]
+            band[m] = {"geomean": math.exp(sum(map(math.log, v)) / len(v)) if v else None,
+                       "lost": sum(x < 1.0 for x in v)}
+        out.append(band)
     return out
 
 
@@ -248,6 +269,14 @@ def markdown(rep: dict) -> str:
                      f"{_num(v['search_best_median'])} | {v['search_best_ge_0.95']} / {v['search_best_lt_0.5']} | "
                      f"{_counts(v['best_family'])} | {v['best_split_k']} | {_counts(v['best_from'])} | "
                      f"{_counts(v['filed']) or 0} |")
+    lines += ["", "Filed kernels by their win in the search's full pass, and the compare after it "
+              "(geomean vs best-cublas; shapes where it lost):", "",
+              "| full-pass win | shapes | offline | lost | server | lost |", "|---|---|---|---|---|---|"]
+    for b in rep["filing_bands"]:
+        lo, hi = b["search_win"]
+        lines.append(f"| {lo:.2f}-{'' if hi is None else f'{hi:.2f}'} | {b['shapes']} | "
+                     f"{_num(b['offline']['geomean'])} | {b['offline']['lost']} | "
+                     f"{_num(b['server']['geomean'])} | {b['server']['lost']} |")
     lines.append("")
     for shape, v in rep["cubes_tflops"].items():
         lines.append(f"- {shape}: {v['tflops']:.0f} TFLOP/s offline via {v['dispatch']}")

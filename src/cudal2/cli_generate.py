@@ -92,7 +92,7 @@ def generate_cmd(
     recheck_k: int = typer.Option(2, "--recheck", help="screened candidates per shape that get the full re-check"),
     # 1.01: on the H200 grid (2026-12-03) kernels filed on a full-pass win under 1% lost to
     # best-cublas in the next run on 7 of 12 shapes offline (geomean 1.000x) and 8 of 12 server
-    # (0.975x); wins of 1-2% held offline on 6 of 6 (bench/results/h200-sm90/grid_search).
+    # (0.975x); wins of 1-2% held offline on 6 of 6 (grid_search/report.md, "Filed kernels by their win").
     file_margin: float = typer.Option(
         1.01, "--file-margin", help="file a kernel only if best-cublas / its full-pass time is at least this "
         "(1.0: any win); below it the shape is filed as cuBLAS"),
