@@ -250,11 +250,12 @@ def markdown(rep: dict) -> str:
         mode, how, _, base = label.split(" ", 3)
         lines.append(f"| {mode} | {how} | {base} | " + " | ".join(_fmt(by.get(c)) for c in ("all", *CLASSES)) + " |")
     s = rep["search_best_vs_best_cublas"]
+    beats, by_be = rep["kernel_beats_best_cublas"], rep["kernel_beats_best_cublas_by_backend"]
     lines += ["", "The search's best fully checked kernel / best-cublas (its own measurement, every searched shape): "
               + "; ".join(f"{c} {_fmt(s.get(c))}" for c in ("all", *CLASSES)), "",
               f"Registry entries: {rep['entries']}; a kernel beats best-cublas in the compare on "
-              f"{rep['kernel_beats_best_cublas']['offline']} shapes offline ({_counts(rep['kernel_beats_best_cublas_by_backend']['offline'])}), "
-              f"{rep['kernel_beats_best_cublas']['server']} server ({_counts(rep['kernel_beats_best_cublas_by_backend']['server'])}). "
+              f"{beats['offline']} shapes offline ({_counts(by_be['offline'])}), "
+              f"{beats['server']} server ({_counts(by_be['server'])}). "
               f"Filed kernels came from: {rep['winner_from']}; the best kernel per shape (filed or not) from: "
               f"{rep['best_found_from']}.", ""]
     pk = rep.get("peak") or {}

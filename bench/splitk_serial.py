@@ -88,7 +88,8 @@ def bench_shape(p: Problem, dev, log, min_ms: float, *, tiles=TILES, splits=SPLI
     for n, s in stats.items():      # the same knobs both ways: what the one launch saves
         if n.startswith("serial ") and "twolaunch " + n[7:] in stats:
             pairs.append(stats["twolaunch " + n[7:]].median_us / s.median_us)
-    row["serial_over_twolaunch_same_knobs"] = round(math.exp(sum(map(math.log, pairs)) / len(pairs)), 4) if pairs else None
+    row["serial_over_twolaunch_same_knobs"] = (round(math.exp(sum(map(math.log, pairs)) / len(pairs)), 4)
+                                               if pairs else None)
     row["checks_failed"] = sum(not v for v in checked.values())
     row["timings"] = {n: {"median_us": round(s.median_us, 3), "spread": round(s.spread, 4)} for n, s in stats.items()}
     return row
@@ -132,8 +133,9 @@ def main() -> int:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    (out / f"{tag}.json").write_text(json.dumps({"device": dev.key, "versions": collect(), "min_ms": args.min_ms, "min_calls": args.min_calls,
-                                                 "tiles": tiles, "splits": splits, "rows": rows}, indent=1))
+    meta = {"device": dev.key, "versions": collect(), "min_ms": args.min_ms, "min_calls": args.min_calls,
+            "tiles": tiles, "splits": splits}
+    (out / f"{tag}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
 
     def geo(key):
         xs = [r[key] for r in rows if r.get(key)]

@@ -178,7 +178,8 @@ def test_bench_row_on_cpu():
     best_serial = min(serial, key=lambda n: t[n]["median_us"])
     assert r["serial_us"] == round(t[best_serial]["median_us"], 3)
     assert r["serial_spec"] == best_serial.split(" ", 1)[1]
-    assert r["serial_vs_best_cublas"] == pytest.approx(r["best_cublas_us"] / r["serial_us"], rel=1e-3, abs=6e-5)  # rounded to 4 places
+    # The row's ratios are rounded to 4 places: abs=6e-5 beside rel.
+    assert r["serial_vs_best_cublas"] == pytest.approx(r["best_cublas_us"] / r["serial_us"], rel=1e-3, abs=6e-5)
     pairs = [t["twolaunch " + n[7:]]["median_us"] / t[n]["median_us"] for n in serial]
     assert r["serial_over_twolaunch_same_knobs"] == pytest.approx((pairs[0] * pairs[1]) ** 0.5, rel=1e-3, abs=6e-5)
 
