@@ -41,8 +41,8 @@ BASELINES = ("torch", "cublas-nn", "cublaslt-heuristic", "cublaslt-autotune")
 
 
 def _launcher(mod, spec: KernelSpec, layout: str):
-    cex = {"BM": spec.bm, "BN": spec.bn, "BK": spec.bk, "GROUP_M": spec.group_m, "SPLIT_K": spec.split_k}
-    opts = {"num_warps": spec.warps, "num_stages": spec.stages, "enable_fp_fusion": True}
+    from cudal2.backends.triton import _knobs      # the spec -> constexpr / launch-option mapping
+    cex, opts = _knobs(spec, mod)
     return lambda a, b, c: mod.launch(a, b, c, layout, cex, opts)
 
 

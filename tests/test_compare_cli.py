@@ -14,7 +14,7 @@ from cudal2.cli_compare import STATS, _ratios, summaries, summary_lines
 from cudal2.problems import Problem
 from cudal2.stats import Stats
 
-from conftest import HAS_GPU
+from conftest import HAS_GPU, HostClock
 
 NAMES = ("torch", "cublas-nn", "cublaslt-heuristic")
 
@@ -143,30 +143,6 @@ def test_no_gpu_is_one_line_and_nonzero():
     assert res.returncode == 3
     assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
     assert "no CUDA GPU" in res.stderr and "Traceback" not in res.stderr
-
-
-class HostClock:
-    """On CPU tensors every call is synchronous, so host wall time is the compute time."""
-    def mark(self):
-        import time
-        return time.perf_counter()
-
-    def elapsed_us(self, a, b):
-        return (b - a) * 1e6
-
-    def sleep_us(self, us):
-        import time
-        time.sleep(us / 1e6)
-
-    def wipe_l2(self):
-        pass
-
-    def sync(self):
-        pass
-
-    def host_us(self):
-        import time
-        return time.perf_counter() * 1e6
 
 
 def test_measure_shape_pipeline_on_cpu(monkeypatch, tmp_path):

@@ -68,33 +68,13 @@ def _bench_worker() -> None:
     """bench_shape on CPU tensors: both ways built, checked and timed; the row agrees with its timings."""
     import importlib.util
 
+    from conftest import HostClock      # this file runs as a script from tests/: conftest is importable
     from cudal2.device import DeviceInfo
     from cudal2.problems import Problem
 
     spec = importlib.util.spec_from_file_location("splitk_bench", ROOT / "bench" / "splitk_serial.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-
-    class HostClock:       # CPU launches are synchronous: host time is the compute time
-        def mark(self):
-            import time
-            return time.perf_counter()
-
-        def elapsed_us(self, a, b):
-            return (b - a) * 1e6
-
-        def sleep_us(self, us):
-            pass
-
-        def wipe_l2(self):
-            pass
-
-        def sync(self):
-            pass
-
-        def host_us(self):
-            import time
-            return time.perf_counter() * 1e6
 
     row = bench.bench_shape(Problem.parse("40x48x200"), DeviceInfo.target("sm_90a"), lambda m: print(m),
                             0.0, tiles=("bm=16 bn=32 bk=16 warps=2 stages=2",), splits=(2, 4), where="cpu",

@@ -17,8 +17,9 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
     """File a Measurement (object or dict, ARCHITECTURE.md fields) as its problem's winner.
 
     A kernel that does not beat best-cublas by `margin` (time * margin < best-cublas; 1.0: any win)
-    is filed as a "cublas" winner (dispatch then runs the fastest cuBLAS call, cudal2.lt_dispatch). An existing entry is kept if its speedup over best-cublas (a ratio from one run,
-    robust to drift between runs) is higher, unless `force`. `lt_algo`: cuBLASLt autotune's
+    is filed as a "cublas" winner (dispatch then runs the fastest cuBLAS call, cudal2.lt_dispatch).
+    An existing entry is kept if its speedup over best-cublas (a ratio from one run, robust to
+    drift between runs) is higher, unless `force`. `lt_algo`: cuBLASLt autotune's
     algorithm for the problem (cudal2.lt_dispatch), recorded if the entry says cuBLAS. Returns the
     filed entry or None.
     """
