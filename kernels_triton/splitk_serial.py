@@ -20,12 +20,16 @@ barrier made it observe); the partials are read with `.cg` (L2, never a stale L1
 Counters reset themselves: the last program writes its tile's counter back to 0, so a buffer
 zeroed once at allocation serves every later launch on that (device, stream) with no memset.
 
-Status: not in the spec's families (the search cannot propose it yet) until it is measured on the
-H200 against the tiled family's split-K and cuBLAS: `python3 bench/splitk_serial.py` does that.
-Making it a family adds a `family` value: that shifts the policy's vocabulary ids, which
-`SpecPolicy.load` and a resumed search absorb (rows move to the new ids, rl/vocab.py). It must stay
-its own module: a registry entry's hash covers its family module's whole source
-(`registry.check_render`), so editing tiled.py would fail every shipped tiled entry closed.
+Status: measured, and not a family. On the H200 (2026-12-03, `bench/splitk_serial.py`, 12 starved
+shapes, 6 tiles x splits 2-16, both ways with the same knobs, interleaved with the four nn
+baselines; bench/results/h200-sm90/splitk_serial_eae8105.*) one launch is *slower* than two: 0.939x
+geomean at the same knobs (0.907-0.997x), best per shape 0.780x of best-cublas against 0.816x for
+two launches. The second launch costs little when it is queued behind the first on the stream
+(64x64x16384: 12.0 vs 12.4 us), while here the reduction runs in the last-arriving program of each
+tile only (as many CTAs as tiles, each reading SPLIT_K slices), where the reduce kernel spreads it
+over the whole card. Kept as the measured alternative (the benchmark reproduces the finding); a
+family would add a `family` value, which `SpecPolicy.load` and a resumed search absorb (rl/vocab.py),
+and it must stay its own module: a registry entry's hash covers its family module's whole source.
 """
 from __future__ import annotations
 
