@@ -244,6 +244,9 @@ def main() -> int:
     from cudal2.versions import collect, source_commit
     meta = {"device": current().key, "commit": source_commit(), "versions": collect(), "ncu": ncu,
             "calls": args.calls}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = f"kernel_profile_{meta['commit']}"
     results = []
     for case in args.case or CASES:
         shape, *kernels = [x.strip() for x in case.split("|")]
@@ -256,11 +259,9 @@ def main() -> int:
                 print(f"  {k['kernel'][:90]}  grid {k['grid']}  {k['duration_ns']} ns  DRAM {k['dram_pct']}%  "
                       f"SM {k['sm_pct']}%", flush=True)
             results.append(r)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tag = f"kernel_profile_{meta['commit']}"
-    (out / f"{tag}.json").write_text(json.dumps({**meta, "results": results}, indent=1))
-    (out / f"{tag}.md").write_text(markdown(results, meta))
+            # Written after every kernel: a call cut short by its time limit keeps what it measured.
+            (out / f"{tag}.json").write_text(json.dumps({**meta, "results": results}, indent=1))
+            (out / f"{tag}.md").write_text(markdown(results, meta))
     return 0
 
 

@@ -210,6 +210,36 @@ def test_record_winner_margin(tmp_path):
         record_winner(tmp_path / "d", m, src("w"), margin=0.99)
 
 
+def test_apply_margin_refiles_thin_wins(tmp_path):
+    """Entries filed before --file-margin: a win under the margin becomes a cuBLAS entry (the
+    kernel's figures kept in `times`), a clear win and a cuBLAS entry stay; the algorithm comes
+    from the autotune cache where it has the problem; export then carries only named sources."""
+    reg = Registry.load(tmp_path / "a")
+    reg.add(entry("128x128x128", t=10.0, best=12.0), src("clear"))
+    reg.add(entry("256x256x256", t=9.95, best=10.0), src("thin"))        # 1.005x
+    reg.add(entry("64x64x64", None, t=5.0, best=5.0), None)
+    cache = tmp_path / f"lt-autotune-{DEV}.json"
+    cache.write_text(json.dumps({"256x256x256:nn|cublasLt130000": {"algo": list(range(8))}}))
+    res = runner.invoke(app, ["registry", "apply-margin", "--margin", "1.01", "--registry", str(tmp_path / "a"),
+                              "--lt-cache", str(cache)])
+    assert res.exit_code == 0, res.output
+    assert "re-filed h200-sm90/256x256x256:nn" in res.output and "1 entries re-filed" in res.output
+    back = Registry.load(tmp_path / "a")
+    thin = back.lookup(Problem(256, 256, 256), DEV)
+    assert thin.backend == "cublas" and thin.source is None and thin.time_us == 10.0
+    assert thin.times["best_kernel_us"] == 9.95 and thin.times["best_kernel_spec"] == TILED
+    assert thin.lt_algo == {"data": list(range(8)), "cublasLt": 130000}
+    assert back.lookup(Problem(128, 128, 128), DEV).backend == "triton"
+    assert back.lookup(Problem(64, 64, 64), DEV).time_us == 5.0
+    assert back.apply_margin(DEV, 1.01) == []                           # idempotent
+    back.export(tmp_path / "b")
+    assert len(list((tmp_path / "b").rglob("*.py"))) == 1               # the thin kernel's file is not shipped
+    with pytest.raises(RegistryError, match="margin"):
+        back.apply_margin(DEV, 0.5)
+    res = runner.invoke(app, ["registry", "apply-margin", "--margin", "1.01"])
+    assert res.exit_code == 1 and "read-only" in res.output
+
+
 def test_export_is_standalone(tmp_path):
     reg = Registry.load(tmp_path / "a")
     reg.add(entry("128x128x128"), src("one"))

@@ -195,6 +195,35 @@ def problems_cmd(hf_config: str = typer.Option(..., "--hf-config", help="a Huggi
             typer.echo(p.text)
 
 
+def apply_margin_cmd(margin: float = typer.Option(..., "--margin", help="a kernel entry must beat best-cublas by this "
+                                                     "ratio (e.g. 1.01) or it is re-filed as cuBLAS"),
+                     registry: Optional[str] = _REG_OPT, device: Optional[str] = _DEV_OPT,
+                     lt_cache: Optional[str] = typer.Option(None, "--lt-cache", help="cuBLASLt autotune cache: "
+                                                            "attach its algorithms to the re-filed entries")) -> None:
+    """Apply generate's --file-margin to entries filed before it: thin wins become cuBLAS entries."""
+    from .cli import fail
+    from .registry import RegistryError
+    reg = _load(registry)
+    if reg.shipped:
+        fail("the shipped registry is read-only here: export it, apply the margin to the copy, ship that", code=1)
+        return
+    devices = [device] if device else sorted(reg.entries)
+    try:
+        for dev in devices:
+            changed = reg.apply_margin(dev, margin)
+            for e in changed:
+                typer.echo(f"re-filed {e.key} as cublas ({e.times['refiled']})")
+            if lt_cache and changed:
+                from .lt_dispatch import read_tune_cache
+                cache_dev, algos = read_tune_cache(lt_cache)
+                if cache_dev == dev:
+                    n = reg.set_lt_algos(dev, {e.problem: algos[e.problem] for e in changed if e.problem in algos})
+                    typer.echo(f"{dev}: {n} of them carry cuBLASLt autotune's algorithm")
+            typer.echo(f"{dev}: {len(changed)} entries re-filed as cublas at margin {margin}")
+    except (ValueError, RegistryError) as e:
+        fail(str(e), code=1)
+
+
 def register(app) -> None:
     reg_app = typer.Typer(no_args_is_help=True, help="Inspect, verify and export the kernel registry.")
     reg_app.command("list")(list_cmd)
@@ -202,5 +231,6 @@ def register(app) -> None:
     reg_app.command("verify")(verify_cmd)
     reg_app.command("export")(export_cmd)
     reg_app.command("attach-lt")(attach_lt_cmd)
+    reg_app.command("apply-margin")(apply_margin_cmd)
     app.add_typer(reg_app, name="registry")
     app.command("problems")(problems_cmd)

@@ -321,6 +321,31 @@ class Registry:
             self.entries = fresh.entries
         return n
 
+    def apply_margin(self, device_key: str, margin: float) -> list[Entry]:
+        """Re-file as cuBLAS every kernel entry of `device_key` whose recorded win over best-cublas
+        is under `margin` (the filing rule of `cudal2 generate --file-margin`, applied to entries
+        filed before it); the kernel's time and spec stay in `times`. One index write; returns the
+        re-filed entries. Their sources stay on disk: `export` copies only the sources still named."""
+        if not margin >= 1.0:
+            raise RegistryError(f"the filing margin must be >= 1.0 (a ratio over best-cublas), got {margin}")
+        with _locked(self.root):
+            fresh = Registry.load(self.root)
+            changed = []
+            for e in fresh.entries.get(device_key, {}).values():
+                win = e.speedup()
+                if e.backend == "cublas" or win is None or win >= margin:
+                    continue
+                e.times = {**e.times, "best_kernel_us": e.time_us, "best_kernel_spec": e.spec,
+                           "refiled": f"win {win:.4f}x under margin {margin}"}
+                e.backend, e.spec, e.source, e.sha256 = "cublas", "", None, None
+                e.time_us = e.best_cublas_us
+                e.validate()
+                changed.append(e)
+            if changed:
+                _atomic_write(self.root / "index.json", fresh.to_json())
+            self.entries = fresh.entries
+        return changed
+
     def export(self, dest: str | os.PathLike, device_key: str | None = None) -> Path:
         """A standalone user registry in `dest`: index.json plus every source it names (verified)."""
         dest = Path(dest)
