@@ -27,19 +27,27 @@ def packages() -> dict[str, str]:
     return v
 
 
-def source_commit() -> str:
-    """The git commit of the tree cudal2 runs from; `.commit` at the repo root where there is no
-    .git (the device machine gets a copy of the working tree without it); else 'unknown'."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
+def source_commit(root: Path | None = None) -> str:
+    """The git commit of the tree cudal2 runs from, else 'unknown'.
+
+    The device machine runs a copy of the working tree beside a copy of .git taken when the session
+    began (2026-12-03: its HEAD said eae8105 while the tree was 2729405), so `.commit` at the repo
+    root (written before each device call) wins where this git does not know that commit; where it
+    does, `.commit` is a stale file from an earlier call and HEAD is right."""
+    root = Path(__file__).resolve().parents[2] if root is None else Path(root)
     f = root / ".commit"
-    return f.read_text().strip() if f.is_file() else "unknown"
+    pinned = f.read_text().strip() if f.is_file() else ""
+
+    def git(*args):
+        try:
+            out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+    head = git("rev-parse", "--short", "HEAD")
+    if pinned and pinned != head and git("cat-file", "-e", f"{pinned}^{{commit}}") is None:
+        return pinned
+    return head or pinned or "unknown"
 
 
 def nvidia_smi() -> dict[str, str]:
