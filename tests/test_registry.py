@@ -220,6 +220,12 @@ def test_apply_margin_refiles_thin_wins(tmp_path):
     reg.add(entry("64x64x64", None, t=5.0, best=5.0), None)
     cache = tmp_path / f"lt-autotune-{DEV}.json"
     cache.write_text(json.dumps({"256x256x256:nn|cublasLt130000": {"algo": list(range(8))}}))
+    bad = tmp_path / f"lt-autotune-{DEV}-x.json"
+    bad.write_text("{not json")
+    res = runner.invoke(app, ["registry", "apply-margin", "--margin", "1.01", "--registry", str(tmp_path / "a"),
+                              "--lt-cache", str(bad)])
+    assert res.exit_code == 1 and "unreadable" in res.output
+    assert Registry.load(tmp_path / "a").lookup(Problem(256, 256, 256), DEV).backend == "triton"   # untouched
     res = runner.invoke(app, ["registry", "apply-margin", "--margin", "1.01", "--registry", str(tmp_path / "a"),
                               "--lt-cache", str(cache)])
     assert res.exit_code == 0, res.output

@@ -209,16 +209,19 @@ def apply_margin_cmd(margin: float = typer.Option(..., "--margin", help="a kerne
         return
     devices = [device] if device else sorted(reg.entries)
     try:
+        cache_dev, algos = (None, {})
+        if lt_cache:        # read before anything changes: a bad cache leaves the registry as it was
+            from .lt_dispatch import read_tune_cache
+            cache_dev, algos = read_tune_cache(lt_cache)
         for dev in devices:
             changed = reg.apply_margin(dev, margin)
             for e in changed:
                 typer.echo(f"re-filed {e.key} as cublas ({e.times['refiled']})")
-            if lt_cache and changed:
-                from .lt_dispatch import read_tune_cache
-                cache_dev, algos = read_tune_cache(lt_cache)
-                if cache_dev == dev:
-                    n = reg.set_lt_algos(dev, {e.problem: algos[e.problem] for e in changed if e.problem in algos})
-                    typer.echo(f"{dev}: {n} of them carry cuBLASLt autotune's algorithm")
+            if lt_cache and changed and cache_dev != dev:
+                typer.echo(f"{dev}: {lt_cache} is {cache_dev}'s autotune cache; no algorithm attached")
+            elif lt_cache and changed:
+                n = reg.set_lt_algos(dev, {e.problem: algos[e.problem] for e in changed if e.problem in algos})
+                typer.echo(f"{dev}: {n} of them carry cuBLASLt autotune's algorithm")
             typer.echo(f"{dev}: {len(changed)} entries re-filed as cublas at margin {margin}")
     except (ValueError, RegistryError) as e:
         fail(str(e), code=1)
