@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .problems import Problem
-from .registry_entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, sha256_text
+from .registry_entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, check_margin, sha256_text
 # One direction only: registry imports registry_record here; registry_record imports Registry lazily.
 from .registry_record import record_cublas, record_winner
 
@@ -326,8 +326,7 @@ class Registry:
         is under `margin` (the filing rule of `cudal2 generate --file-margin`, applied to entries
         filed before it); the kernel's time and spec stay in `times`. One index write; returns the
         re-filed entries. Their sources stay on disk: `export` copies only the sources still named."""
-        if not margin >= 1.0:
-            raise RegistryError(f"the filing margin must be >= 1.0 (a ratio over best-cublas), got {margin}")
+        check_margin(margin)
         with _locked(self.root):
             fresh = Registry.load(self.root)
             changed = []

@@ -20,6 +20,12 @@ class RegistryError(RuntimeError):
     """An index that cannot be read, or an entry that must be refused; the message names it."""
 
 
+def check_margin(margin: float) -> None:
+    """The filing margin is a ratio over best-cublas: at least 1.0 (1.0: any win files a kernel)."""
+    if not margin >= 1.0:
+        raise RegistryError(f"the filing margin must be >= 1.0 (a ratio over best-cublas), got {margin}")
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 

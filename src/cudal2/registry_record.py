@@ -3,7 +3,7 @@ when it lost to best-cublas) and record_cublas (no generated kernel passed at al
 from __future__ import annotations
 
 from .problems import Problem
-from .registry_entry import Entry, RegistryError
+from .registry_entry import Entry, RegistryError, check_margin
 
 # registry imports this module (to re-export it), so Registry is imported lazily below: no cycle.
 
@@ -23,8 +23,7 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
     algorithm for the problem (cudal2.lt_dispatch), recorded if the entry says cuBLAS. Returns the
     filed entry or None.
     """
-    if not margin >= 1.0:
-        raise RegistryError(f"the filing margin must be >= 1.0 (a ratio over best-cublas), got {margin}")
+    check_margin(margin)
     status = _get(measurement, "status")
     if status != "ok":
         raise RegistryError(f"measurement status is {status!r}: only checked, timed (ok) kernels can be filed")
