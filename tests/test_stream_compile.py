@@ -158,3 +158,33 @@ def test_emulated_index_math_is_exact(case):
     ref = a @ (b if layout == "nn" else b.T)
     c = _emulator().run(a, b, layout, bm, bn, warps, stages, split)
     assert np.array_equal(c, ref)
+
+
+class _FakeKernel:
+    """What StreamLauncher reads off a CudaKernel, with a recording `_launch` (no GPU)."""
+
+    def __init__(self, text: str, layout: str):
+        self.spec = KernelSpec.parse("backend=cuda family=stream " + text)
+        self.layout, self.device_index, self.launches = layout, 0, []
+
+    def _launch(self, name, grid, block, smem, stream, args):
+        import ctypes
+        vals = [ctypes.cast(args[i], ctypes.POINTER(ctypes.c_uint64)).contents.value for i in range(5)]
+        ints = [ctypes.cast(args[i], ctypes.POINTER(ctypes.c_int)).contents.value for i in range(5, 8)]
+        self.launches.append((name, grid, block, smem, stream, vals, ints))
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_launcher_packs_entry_grid_and_arguments(layout):
+    from cudal2.backends.cuda_stream import StreamLauncher
+    k = _FakeKernel("bm=32 bn=32 warps=4 stages=4 split_k=1", layout)
+    s = StreamLauncher(k)
+    s.run(7, 4096, 1024, 0x1000, 0x2000, 0x3002, 5)
+    s.run(4096, 3, 1024, 0x1000, 0x2000, 0x3000, 5)
+    smem = stream_smem(k.spec.to_dict(), layout)
+    assert k.launches == [
+        (ENTRY_B, (128, 1, 1), 128, smem, 5, [0x1000, 0x2000, 0x3002, 0, 0], [7, 4096, 1024]),
+        (ENTRY_A, (128, 1, 1), 128, smem, 5, [0x1000, 0x2000, 0x3000, 0, 0], [4096, 3, 1024]),
+    ]
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        s.run(7, 4096, 1024, 0x1008, 0x2000, 0x3000, 5)
