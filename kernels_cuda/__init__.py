@@ -15,6 +15,7 @@ from ..spec import KernelSpec, mma_warp_layout
 KERNELS = {
     "mma": ("cudal2_mma_vec", "cudal2_mma_scalar", "cudal2_splitk_reduce"),
     "wgmma": ("cudal2_wgmma",),
+    "stream": ("cudal2_stream_b", "cudal2_stream_a"),
 }
 
 
@@ -51,6 +52,8 @@ def defines(spec: KernelSpec, layout: str) -> dict[str, int]:
         d["WM"], d["WN"] = mma_warp_layout(spec.bm, spec.bn, spec.warps)
     if spec.family == "wgmma":
         d["CONSUMERS"] = spec.consumers
+        d["PINGPONG"] = int(spec.pingpong)
+        d["EPI_COLS"] = spec.epi_cols
     return d
 
 

@@ -1,21 +1,50 @@
-// cudal2 wgmma family (sm_90a): persistent, warp-specialised Hopper GEMM.
+// cudal2 wgmma family (sm_90a): persistent, warp-specialised Hopper GEMM with an asynchronous
+// TMA-store epilogue and split-K in one launch.
 //   warpgroup 0      producer: one thread issues TMA loads (cp.async.bulk.tensor.2d) of A and B
 //                    tiles into a STAGES-deep ring of 128-byte-swizzled smem, completed on "full"
-//                    mbarriers; it waits on "empty" mbarriers before reusing a slot.
+//                    mbarriers; it waits on "empty" mbarriers before reusing a slot. It runs ahead
+//                    into the next work unit while the consumers finish the last one.
 //   warpgroups 1..C  consumers: wgmma.mma_async m64nBNk16 from the ring, fp32 accumulators in
-//                    registers, guarded fp16 stores straight from the fragments.
-// Tiles are handed out persistently (tile t, t + clusters, ...) in GROUP_M order. With CLUSTER=2,
-// the two CTAs of a cluster take vertically adjacent tiles, share the B tile, and each loads half
-// of it multicast into both CTAs' smem. Layout nt: both operands K-major; nn: B is N-major and
-// wgmma reads it through the transpose bit.
-// Knobs (macros): BM BN BK(=64) WARPS CONSUMERS STAGES GROUP_M CLUSTER LAYOUT_NT.
+//                    registers (setmaxnreg moves registers from the producer to them).
+//                    PINGPONG=0 (cooperative): the C warpgroups split each tile's rows.
+//                    PINGPONG=1: two warpgroups take alternate work units, whole tiles each, so one
+//                    runs its epilogue while the other runs MMAs.
+//   epilogue         accumulators -> swizzled smem staging (stmatrix, conflict-free) -> TMA
+//                    store (cp.async.bulk.tensor global <- shared), committed as a bulk group and
+//                    left in flight: the warpgroup goes straight on to the next unit's MMAs and only
+//                    waits for the staging to be read before it writes it again. TMA clips the
+//                    tails (rows >= M, cols >= N): no guarded scalar stores.
+//   split-K          SPLIT_K > 1: a work unit is (tile, K-slice). Each slice writes its fp32
+//                    partial to a workspace in fragment order (coalesced 16-byte stores), then
+//                    bumps the tile's counter; the slice that arrives last sums every partial in
+//                    slice order 0..SPLIT_K-1 (its own from registers), so the result is
+//                    bit-identical whichever CTA is last, stores C, and resets the counter to 0
+//                    for the next launch. The launcher zeroes the counters once per workspace.
+// Work units are handed out persistently (unit u, u + clusters, ...); tiles in GROUP_M order. With
+// CLUSTER=2 the two CTAs of a cluster take vertically adjacent tiles, share the B tile, and each
+// loads half of it multicast into both CTAs' smem. Layout nt: both operands K-major; nn: B is
+// N-major and wgmma reads it through the transpose bit.
+// Knobs (macros): BM BN BK(=64) WARPS CONSUMERS PINGPONG STAGES GROUP_M CLUSTER SPLIT_K LAYOUT_NT
+//                 EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest dividing BN).
 
 #define THREADS (WARPS * 32)
 #define A_BYTES (BM * 64 * 2)
 #define B_BYTES (BN * 64 * 2)
 #define STAGE_BYTES (A_BYTES + B_BYTES)
-#define MW (BM / CONSUMERS / 64)          // m64 sub-tiles per consumer warpgroup
+#if PINGPONG
+#define CROWS BM                          // output rows a consumer warpgroup owns per unit
+#else
+#define CROWS (BM / CONSUMERS)
+#endif
+#define MW (CROWS / 64)                   // m64 sub-tiles per consumer warpgroup
 #define NACC (BN / 2)                     // fp32 accumulators per thread per m64 sub-tile
+#define NV (MW * NACC / 4)                // float4 groups of accumulators per thread
+#define EPI_BOX_BYTES (CROWS * EPI_COLS * 2)
+#define EPI_BYTES (CROWS * BN * 2)        // staging per consumer warpgroup
+// TMA swizzle of the staging box (128/64/32-byte rows): 16-byte chunk bits [4, 4+b) ^= bits [7, 7+b).
+#define EPI_SWZ (EPI_COLS == 64 ? 7 : (EPI_COLS == 32 ? 3 : 1))
+#define RCH 8                             // split-K reduction: float4 groups loaded together
+#define EMPTY_ARRIVALS ((PINGPONG ? 1 : CONSUMERS) * CLUSTER)
 
 struct __align__(64) TensorMap { u64 opaque[16]; };   // CUtensorMap: 128 opaque bytes
 
@@ -57,6 +86,27 @@ DEVI void tma_load_mc(u32 dst, const TensorMap* map, int c0, int c1, u32 bar, un
                  :: "r"(dst), "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
 }
 #endif
+DEVI void tma_store(const TensorMap* map, u32 src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(src) : "memory");
+}
+DEVI void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// The staging may be written again once the bulk stores have read it (not yet landed in global).
+DEVI void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+DEVI void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Barrier over one warpgroup (ids 1.. ; 0 is __syncthreads).
+DEVI void wg_bar(int id) { asm volatile("bar.sync %0, 128;" :: "r"(id) : "memory"); }
+DEVI void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+DEVI void st_cg_f4(float* p, float a, float b, float c, float d) {
+    asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+// L2 loads: partials written by other CTAs of this launch must not come from a stale L1 line.
+DEVI void ld_cg_f4(const float* p, float& a, float& b, float& c, float& d) {
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p) : "memory");
+}
 
 // wgmma smem descriptors, 128-byte swizzle (mode 1 in bits 62-63), addresses in 16-byte units.
 // K-major: rows of 64 fp16 (128 B), 8-row core groups 1024 B apart (SBO); LBO unused.
@@ -87,14 +137,36 @@ DEVI void cluster_sync() {
 #endif
 }
 
+// A work unit: tile (tm, tn) of this CTA and its K-tile range [kt0, kt1).
+DEVI void unit_of(int u, int ctiles_m, int tiles_n, int ktiles, u32 rank, int& tm, int& tn, int& split,
+                  int& kt0, int& kt1) {
+    const int t = u / SPLIT_K;
+    split = u % SPLIT_K;
+    int cm;
+    group_tile(t, ctiles_m, tiles_n, GROUP_M, cm, tn);
+    tm = cm * CLUSTER + rank;
+    kt0 = split * ktiles / SPLIT_K;
+    kt1 = (split + 1) * ktiles / SPLIT_K;
+}
+
+DEVI void ring_advance(int& s, u32& phase, int n) {
+    const int x = s + n;
+    phase ^= (x / STAGES) & 1;
+    s = x % STAGES;
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1) CLUSTER_ATTR
 cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ TensorMap tmB,
-             f16_t* __restrict__ C, int M, int N, int K) {
+             const __grid_constant__ TensorMap tmC, float* __restrict__ ws, int* __restrict__ counters,
+             int M, int N, int K) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     __shared__ __align__(8) u64 full_bar[STAGES];
     __shared__ __align__(8) u64 empty_bar[STAGES];
+    __shared__ int last_flag[CONSUMERS];
+    __shared__ __align__(8) u64 turn_bar[2];    // PINGPONG: whose mainloop is next
     // 128-byte swizzle atoms repeat every 1024 B; the descriptors assume 1024-aligned tiles.
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const u32 epi = ring + STAGES * STAGE_BYTES;          // CONSUMERS staging tiles, 1024-aligned
     const u32 full0 = smem_u32(&full_bar[0]), empty0 = smem_u32(&empty_bar[0]);
 
     u32 rank = 0;
@@ -105,15 +177,17 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
-            mbar_init(empty0 + 8 * s, CONSUMERS * CLUSTER);
+            mbar_init(empty0 + 8 * s, EMPTY_ARRIVALS);
         }
+        mbar_init(smem_u32(&turn_bar[0]), 1);
+        mbar_init(smem_u32(&turn_bar[1]), 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     cluster_sync();    // barriers initialised (and visible cluster-wide) before anyone uses them
 
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     const int ctiles_m = (tiles_m + CLUSTER - 1) / CLUSTER;     // cluster-rows of tiles
-    const int total = ctiles_m * tiles_n;
+    const int total = ctiles_m * tiles_n * SPLIT_K;             // work units
     const int ktiles = (K + 63) / 64;
     const int cid = blockIdx.x / CLUSTER, nclusters = gridDim.x / CLUSTER;
 
@@ -122,11 +196,10 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
         if (tig == 0) {
             int s = 0;
             u32 phase = 0;
-            for (int t = cid; t < total; t += nclusters) {
-                int cm, tn;
-                group_tile(t, ctiles_m, tiles_n, GROUP_M, cm, tn);
-                const int tm = cm * CLUSTER + rank;
-                for (int kt = 0; kt < ktiles; ++kt) {
+            for (int u = cid; u < total; u += nclusters) {
+                int tm, tn, split, kt0, kt1;
+                unit_of(u, ctiles_m, tiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
+                for (int kt = kt0; kt < kt1; ++kt) {
                     mbar_wait(empty0 + 8 * s, phase ^ 1);
                     const u32 fb = full0 + 8 * s, sa = ring + s * STAGE_BYTES, sb = sa + A_BYTES;
                     mbar_expect_tx(fb, STAGE_BYTES);
@@ -158,18 +231,29 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
 #endif
         const int c = wg - 1, warp = tig / 32, lane = tig % 32;
+        const u32 stage_c = epi + c * EPI_BYTES;
         float acc[MW][NACC];
-        int s = 0, prev = 0;
-        u32 phase = 0;
+        int s = 0, prev = 0, mine = 0;
+        u32 phase = 0, turn_phase = 0;
         auto release = [&](int slot) {
             if (tig == 0)
                 for (int r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(empty0 + 8 * slot, r);
         };
-        for (int t = cid; t < total; t += nclusters) {
-            int cm, tn;
-            group_tile(t, ctiles_m, tiles_n, GROUP_M, cm, tn);
-            const int tm = cm * CLUSTER + rank;
-            for (int kt = 0; kt < ktiles; ++kt) {
+        for (int u = cid; u < total; u += nclusters) {
+            int tm, tn, split, kt0, kt1;
+            unit_of(u, ctiles_m, tiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
+#if PINGPONG
+            // Units alternate between the two warpgroups; skip the other's ring stages. Mainloops
+            // take turns (the other's must be done before this one starts): the ring's parity
+            // waits are then never a whole phase ahead of the barrier, and one warpgroup's
+            // epilogue runs while the other's MMAs do.
+            if ((mine++ & 1) != c) { ring_advance(s, phase, kt1 - kt0); continue; }
+            if (mine > 1) mbar_wait(smem_u32(&turn_bar[c]), turn_phase), turn_phase ^= 1;
+            const int row0 = tm * BM;
+#else
+            const int row0 = tm * BM + c * CROWS;
+#endif
+            for (int kt = kt0; kt < kt1; ++kt) {
                 mbar_wait(full0 + 8 * s, phase);
                 const u32 sa = ring + s * STAGE_BYTES, sb = sa + A_BYTES;
                 wgmma_fence();
@@ -182,39 +266,114 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #endif
 #pragma unroll
                     for (int mw = 0; mw < MW; ++mw) {
+#if PINGPONG
+                        const u64 da = desc_kmajor(sa + mw * 8192 + k16 * 32);
+#else
                         const u64 da = desc_kmajor(sa + (c * MW + mw) * 8192 + k16 * 32);
-                        wgmma_bn<LAYOUT_NT ? 0 : 1>(acc[mw], da, db, (kt | k16) != 0);
+#endif
+                        wgmma_bn<LAYOUT_NT ? 0 : 1>(acc[mw], da, db, (kt != kt0 || k16 != 0) ? 1 : 0);
                     }
                 }
                 wgmma_commit();
                 // Keep this stage's MMAs in flight; once the previous stage's group is done its
                 // slot goes back to the producer(s).
                 wgmma_wait<1>();
-                if (kt > 0) release(prev);
+                if (kt > kt0) release(prev);
                 prev = s;
                 if (++s == STAGES) { s = 0; phase ^= 1; }
             }
             wgmma_wait<0>();
             release(prev);
-            // Fragment layout of m64nN f32: warp w owns rows 16w..16w+15; acc[4j+0,1] sit at row
-            // lane/4, cols 8j + 2(lane%4) + {0,1}; acc[4j+2,3] at row lane/4 + 8. N % 8 == 0 (spec
-            // rule), so a column pair is all in or all out.
+#if PINGPONG
+            if (tig == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(&turn_bar[c ^ 1])) : "memory");
+#endif
+#if SPLIT_K > 1
+            {
+#if PINGPONG
+                const int slot = tm * tiles_n + tn;    // a tile's slices may land on either warpgroup
+#else
+                const int slot = (tm * tiles_n + tn) * CONSUMERS + c;
+#endif
+                float* part = ws + (long long)slot * SPLIT_K * NV * 512;   // [split][NV][128 thr][4]
 #pragma unroll
-            for (int mw = 0; mw < MW; ++mw) {
-                const int row = tm * BM + (c * MW + mw) * 64 + warp * 16 + lane / 4;
+                for (int v = 0; v < NV; ++v) {
+                    const float* a = &acc[(4 * v) / NACC][(4 * v) % NACC];
+                    st_cg_f4(part + ((long long)(split * NV + v) * 128 + tig) * 4, a[0], a[1], a[2], a[3]);
+                }
+                __threadfence();        // partial visible device-wide before the counter moves
+                wg_bar(1 + c);
+                if (tig == 0) last_flag[c] = atomicAdd(&counters[slot], 1) == SPLIT_K - 1;
+                wg_bar(1 + c);
+                if (!*(volatile int*)&last_flag[c]) continue;
+                __threadfence();
+                // Sum in slice order 0..SPLIT_K-1 (bit-identical whoever is last), RCH float4
+                // groups at a time: their loads are in flight together (one L2 latency per slice
+                // per chunk, not per group: 2026-12-03 H200, one group at a time made split-K
+                // slower than no split).
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-                    const int col = tn * BN + j * 8 + (lane % 4) * 2;
-                    if (col < N) {
-                        if (row < M)
-                            st_global_u32(C + (long long)row * N + col, pack_f16x2(acc[mw][4 * j], acc[mw][4 * j + 1]));
-                        if (row + 8 < M)
-                            st_global_u32(C + (long long)(row + 8) * N + col,
-                                          pack_f16x2(acc[mw][4 * j + 2], acc[mw][4 * j + 3]));
+                for (int v0 = 0; v0 < NV; v0 += RCH) {
+                    float t[RCH][4];
+#pragma unroll 1
+                    for (int sp = 0; sp < SPLIT_K; ++sp) {
+                        float x[RCH][4];
+#pragma unroll
+                        for (int j = 0; j < RCH; ++j) {
+                            if (v0 + j >= NV) break;
+                            const float* a = &acc[(4 * (v0 + j)) / NACC][(4 * (v0 + j)) % NACC];
+                            if (sp == split) { x[j][0] = a[0]; x[j][1] = a[1]; x[j][2] = a[2]; x[j][3] = a[3]; }
+                            else ld_cg_f4(part + ((long long)(sp * NV + v0 + j) * 128 + tig) * 4,
+                                          x[j][0], x[j][1], x[j][2], x[j][3]);
+                        }
+#pragma unroll
+                        for (int j = 0; j < RCH; ++j) {
+                            if (v0 + j >= NV) break;
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) t[j][e] = sp == 0 ? x[j][e] : t[j][e] + x[j][e];
+                        }
+                    }
+#pragma unroll
+                    for (int j = 0; j < RCH; ++j) {
+                        if (v0 + j >= NV) break;
+                        float* a = &acc[(4 * (v0 + j)) / NACC][(4 * (v0 + j)) % NACC];
+                        a[0] = t[j][0]; a[1] = t[j][1]; a[2] = t[j][2]; a[3] = t[j][3];
                     }
                 }
+                if (tig == 0) counters[slot] = 0;    // ready for the next launch
+            }
+#endif
+            // Epilogue. The staging must have been read by the previous unit's TMA store.
+            if (tig == 0) bulk_wait_read();
+            wg_bar(1 + c);
+            // Fragment layout of m64nN f32: warp w owns rows 16w..16w+15; acc[4j+0,1] sit at row
+            // lane/4, cols 8j + 2(lane%4) + {0,1}; acc[4j+2,3] at row lane/4 + 8: per 8-column
+            // block, the mma.sync C layout, so stmatrix.x4 writes two blocks x 16 rows at once
+            // (4x fewer shared stores than 4-byte ones); lane l gives the address of row l%8 of
+            // matrix l/8 (rows +8 for odd matrices, the second block for matrices 2-3). Each such
+            // row is one 16-byte chunk of the swizzled box, so the swizzle applies unchanged.
+#pragma unroll
+            for (int mw = 0; mw < MW; ++mw) {
+                const int r = mw * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+                for (int j = 0; j < BN / 8; j += 2) {
+                    const int col = (j + (lane >> 4)) * 8;
+                    const u32 o = r * (EPI_COLS * 2) + (col % EPI_COLS) * 2;
+                    stmatrix_x4(stage_c + (col / EPI_COLS) * EPI_BOX_BYTES + (o ^ (((o >> 7) & EPI_SWZ) << 4)),
+                                pack_f16x2(acc[mw][4 * j], acc[mw][4 * j + 1]),
+                                pack_f16x2(acc[mw][4 * j + 2], acc[mw][4 * j + 3]),
+                                pack_f16x2(acc[mw][4 * j + 4], acc[mw][4 * j + 5]),
+                                pack_f16x2(acc[mw][4 * j + 6], acc[mw][4 * j + 7]));
+                }
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // st.shared -> TMA's proxy
+            wg_bar(1 + c);
+            if (tig == 0 && row0 < M) {
+#pragma unroll
+                for (int b = 0; b < BN / EPI_COLS; ++b)
+                    tma_store(&tmC, stage_c + b * EPI_BOX_BYTES, tn * BN + b * EPI_COLS, row0);
+                bulk_commit();
             }
         }
+        if (tig == 0) bulk_wait_all();    // smem stays valid until the last stores have read it
     }
 #if CLUSTER > 1
     cluster_sync();    // no CTA may exit while its partner can still multicast into it or arrive on it

@@ -107,8 +107,14 @@ def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fix
         return fixed[:n]
     ordered = [s for s in fixed if fits(problem, s)] + [s for s in fixed if not fits(problem, s)]
     split = split_k_variants(problem, device, backends) if starved(problem, device) else []
-    keep = [s for s in ordered if s.split_k == 1][: n - min(n // 2, len(split))] if split else ordered[:n]
-    return (keep + [v for v in split if v not in keep])[:n]
+    # Decode / skinny (min(M, N) <= 64): a quarter of the seeds (at least one) from the stream family
+    # (issue 20), taken from the ordinary seeds' share; the fixed list's family interleaving would
+    # otherwise put it past the first few.
+    lead = [s for s in ordered if s.family == "stream"][: max(1, n // 4)] if min(problem.M, problem.N) <= 64 else []
+    ordered = [s for s in ordered if s not in lead]
+    n_keep = n - len(lead) - (min(n // 2, len(split)) if split else 0)
+    keep = [s for s in ordered if s.split_k == 1][:n_keep] if split else ordered[:n_keep]
+    return (lead + keep + [v for v in split if v not in keep])[:n]
 
 
 def profiles(screen_ms: float, full_ms: float, screen_max_calls: int | None = None) -> tuple[dict, dict]:

@@ -101,7 +101,7 @@ class StubClock:
             raise CompileError("stub clock: planted ptxas failure")
         small = p.M * p.N <= 1 << 18
         fam = ({"mma": 1.0, "tiled": 1.25, "persistent": 1.5, "wgmma": 1.7} if small
-               else {"wgmma": 1.0, "persistent": 1.05, "tiled": 1.3, "mma": 1.6})[spec.family]
+               else {"wgmma": 1.0, "persistent": 1.05, "tiled": 1.3, "mma": 1.6}).get(spec.family, 1.4)
         waste = (math.ceil(p.M / spec.bm) * spec.bm * math.ceil(p.N / spec.bn) * spec.bn) / (p.M * p.N)
         size = (spec.bm * spec.bn / (128 * 128)) ** (0.15 if small else -0.15)
         return self.ideal(p) * fam * waste * size * (1 + 0.05 * abs(spec.stages - 4)) * _jitter(spec.text + p.text)

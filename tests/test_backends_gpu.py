@@ -27,6 +27,13 @@ CASES = [
     ("cuda", "wgmma", "bm=64 bn=64 warps=8 stages=6"),
     ("cuda", "wgmma", "bm=256 bn=128 warps=12 stages=3 group_m=16"),
     ("cuda", "wgmma", "bm=128 bn=128 warps=12 stages=5 cluster=2"),
+    # issue 19: ping-pong, BN not a power of two, deep rings, one-launch split-K (with a cluster
+    # and with ping-pong: a tile's K slices land on either warpgroup).
+    ("cuda", "wgmma", "bm=128 bn=128 warps=12 stages=4 warp_spec=2"),
+    ("cuda", "wgmma", "bm=128 bn=192 warps=12 stages=4"),
+    ("cuda", "wgmma", "bm=64 bn=64 warps=8 stages=12 split_k=4"),
+    ("cuda", "wgmma", "bm=128 bn=128 warps=12 stages=5 split_k=2 cluster=2"),
+    ("cuda", "wgmma", "bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=2"),
     ("triton", "tiled", None),
     ("triton", "tiled", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2"),
     ("triton", "persistent", None),
@@ -103,3 +110,54 @@ def test_cuda_driver_errors_are_launch_errors(gpu_device):
     too_big = dataclasses.replace(art, meta={**art.meta, "smem_dynamic": gpu_device.smem_per_block + 4096})
     with pytest.raises(LaunchError, match=r"cuFuncSetAttribute.*CUDA_ERROR_[A-Z_]+"):
         be.load(too_big)
+
+
+# nt only: nn's N-major B tile comes in 64-column boxes, so BN in multiples of 16 is an nt knob.
+# The TMA-store box is 16 (BN 112, 208, 48) or 32 (BN 96, 160) columns wide there.
+NT_ODD_BN = [
+    "bm=128 bn=112 warps=12 stages=6",
+    "bm=64 bn=208 warps=12 stages=5 warp_spec=2",
+    "bm=128 bn=96 warps=12 stages=6 cluster=2",
+    "bm=64 bn=48 warps=8 stages=16 split_k=8",
+    "bm=128 bn=160 warps=12 stages=4 split_k=2",
+]
+
+
+@pytest.mark.parametrize("text", NT_ODD_BN)
+def test_wgmma_odd_bn_nt(gpu_device, text):
+    p = BASE.with_layout("nt")
+    kernel = _build("cuda", "wgmma", text, p, gpu_device)
+    report = check_kernel(kernel, p, "cuda")
+    assert report.passed, "\n".join(r.line() for r in report.results)
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_split_k_is_deterministic_and_stream_safe(gpu_device, layout):
+    """Split-K in one launch: the last K slice of a tile sums all partials in slice order, so two
+    runs are bit-identical; the counters reset themselves (a second launch needs no memset), and
+    two streams running the same kernel at once each get their own workspace."""
+    import torch
+    from cudal2.check import make_inputs, reference, rel_error
+    p = Problem(256, 384, 8192, layout)              # 6 tiles of 128x128: starved, deep K
+    kernel = _build("cuda", "wgmma", "bm=128 bn=128 warps=12 stages=5 split_k=16", p, gpu_device)
+    a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(3))
+    ref = reference(a, b, layout)
+    outs = []
+    for _ in range(3):
+        c = torch.full((p.M, p.N), float("nan"), dtype=torch.float16, device="cuda")
+        kernel(a, b, c)
+        outs.append(c)
+    torch.cuda.synchronize()
+    assert rel_error(outs[0], ref) <= 5e-3
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    c1 = torch.empty_like(outs[0])
+    c2 = torch.empty_like(outs[0])
+    torch.cuda.synchronize()
+    for _ in range(20):                               # many launches in flight on both streams
+        with torch.cuda.stream(s1):
+            kernel(a, b, c1)
+        with torch.cuda.stream(s2):
+            kernel(a, b, c2)
+    torch.cuda.synchronize()
+    assert torch.equal(c1, outs[0]) and torch.equal(c2, outs[0])

@@ -30,7 +30,17 @@ SPECS = [
     ("family=wgmma bm=64 bn=64 warps=8 stages=6", "nt"),
     ("family=wgmma bm=256 bn=128 warps=12 stages=3 group_m=16", "nn"),
     ("family=wgmma bm=128 bn=128 warps=12 stages=5 cluster=2", "nn"),
-    ("family=wgmma bm=128 bn=256 warps=12 stages=4 cluster=2", "nt"),
+    ("family=wgmma bm=128 bn=256 warps=12 stages=3 cluster=2", "nt"),
+    # issue 19's knobs: ping-pong, odd BN (TMA-store boxes of 16 columns), deep rings, one-launch
+    # split-K, clusters with odd BN.
+    ("family=wgmma bm=128 bn=128 warps=12 stages=4 warp_spec=2", "nn"),
+    ("family=wgmma bm=64 bn=208 warps=12 stages=5 warp_spec=2", "nt"),
+    ("family=wgmma bm=128 bn=112 warps=12 stages=6", "nt"),
+    ("family=wgmma bm=64 bn=64 warps=8 stages=13", "nn"),
+    ("family=wgmma bm=64 bn=96 warps=8 stages=10 split_k=8", "nt"),
+    ("family=wgmma bm=128 bn=128 warps=12 stages=5 split_k=4", "nn"),
+    ("family=wgmma bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=2", "nt"),
+    ("family=wgmma bm=128 bn=208 warps=12 stages=3 cluster=2", "nt"),
 ]
 
 
@@ -74,6 +84,12 @@ def test_compiles_for_sm90a(backend, hopper, text, layout):
     if spec.family == "mma":
         wm, wn = mma_warp_layout(spec.bm, spec.bn, spec.warps)
         assert f"#define WM {wm}\n#define WN {wn}\n" in src
+    if spec.family == "wgmma":
+        assert f"#define PINGPONG {int(spec.warp_spec == 2)}\n" in src
+        # The TMA-store box is the widest of 64/32/16 columns that tiles BN (112 -> 16, 96 -> 32).
+        assert f"#define EPI_COLS {spec.epi_cols}\n" in src and spec.bn % spec.epi_cols == 0
+        # 3 warpgroups of 128 threads under __launch_bounds__(384, 1): ptxas may use 65536/384 = 168.
+        assert m["registers"] <= 65536 // spec.warps // 32 // 8 * 8 and m["stack_bytes"] == 0, m["log"]
 
 
 @pytest.mark.parametrize("family", ["mma", "wgmma"])
@@ -111,6 +127,12 @@ def test_cache_key_covers_source_and_arch(backend):
 
 @pytest.mark.parametrize("text,problem,field", [
     ("family=wgmma bm=128 bn=128 warps=12 stages=4", Problem(4096, 100, 4096), "family"),   # TMA: N % 8
+    ("family=wgmma bm=128 bn=112 warps=12 stages=4", BIG, "bn"),            # nn B: 64-column boxes
+    ("family=wgmma bm=128 bn=256 warps=12 stages=4", BIG, "stages"),        # ring + staging > 227 KB
+    ("family=wgmma bm=128 bn=128 warps=8 stages=4 warp_spec=2", BIG, "warp_spec"),   # ping-pong: 2 consumers
+    ("family=wgmma bm=128 bn=256 warps=12 stages=3 split_k=2", BIG, "split_k"),      # reduction would spill
+    ("family=wgmma bm=64 bn=64 warps=8 stages=4 split_k=16", Problem(4096, 4096, 512), "split_k"),
+    ("family=mma bm=64 bn=96 bk=32 warps=4 stages=3", BIG, "bn"),            # mma: powers of two
     ("family=mma bm=128 bn=128 bk=32 warps=12 stages=4", BIG, "warps"),
     ("family=mma bm=64 bn=64 bk=64 warps=4 stages=2 split_k=16", Problem(512, 512, 256), "split_k"),
     ("family=mma bm=128 bn=128 bk=32 warps=8 stages=2 cluster=2", BIG, "cluster"),

@@ -285,7 +285,7 @@ class _Driver:
 
 
 _LAYOUT = {"mma": ("Q", "Q", "Q", "Q", "i", "i", "i"), "red": ("Q", "Q", "i", "i"),
-           "wgmma": ("128s", "128s", "Q", "i", "i", "i")}
+           "wgmma": ("128s", "128s", "128s", "Q", "Q", "i", "i", "i")}
 
 
 def _unpack(addr: int, f: str) -> list:
@@ -318,18 +318,20 @@ def _stand_in_kernel(family: str, layout: str, text: str, monkeypatch):
     k.family, k.layout, k.device_index, k.sm_count = family, layout, 0, 4
     k.funcs = {n: n for n in cuda_launch.KERNELS[family]}
     k.threads, k.smem, k._ws, k._tmaps, k._binds = k.spec.warps * 32, 1024, None, {}, {}
+    k._ws_streams = {}
     k._u64 = [ctypes.c_uint64() for _ in range(4)]
     k._i32 = [ctypes.c_int() for _ in range(3)]
     if family == "wgmma":
-        k._maps = [(ctypes.c_ubyte * 128)() for _ in range(2)]
-        slots = k._maps + [k._u64[2]] + k._i32
+        k._maps = [(ctypes.c_ubyte * 128)() for _ in range(3)]
+        slots = k._maps + [k._u64[2], k._u64[3]] + k._i32
     else:
         slots = k._u64 + k._i32
     k._args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
     k._red_args = (ctypes.c_void_p * 4)(*[ctypes.addressof(s) for s in (k._u64[3], k._u64[2], k._i32[0], k._i32[1])])
     # A CPU tensor stands in for the split-K workspace (torch.empty on "cuda" is not available).
-    real_empty = torch.empty
+    real_empty, real_zeros = torch.empty, torch.zeros
     monkeypatch.setattr(torch, "empty", lambda *a, **kw: real_empty(*a, **{**kw, "device": "cpu"}))
+    monkeypatch.setattr(torch, "zeros", lambda *a, **kw: real_zeros(*a, **{**kw, "device": "cpu"}))
     return k, drv
 
 
@@ -339,6 +341,7 @@ def _stand_in_kernel(family: str, layout: str, text: str, monkeypatch):
     ("mma", "bm=64 bn=64 bk=32 warps=4 stages=3", (17, 33, 40)),          # N % 8: the scalar kernel
     ("mma", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2", (64, 64, 128)),
     ("wgmma", "bm=128 bn=128 warps=12 stages=4", (200, 256, 128)),
+    ("wgmma", "bm=128 bn=128 warps=12 stages=4 split_k=2", (200, 256, 512)),   # one launch
 ])
 def test_cuda_bind_packs_what_run_packs(monkeypatch, family, text, shape, layout):
     import torch
@@ -353,7 +356,7 @@ def test_cuda_bind_packs_what_run_packs(monkeypatch, family, text, shape, layout
     f = k.bind(M, N, K)
     assert k.bind(M, N, K) is f
     f(a, b, c)
-    assert drv.launches == want and len(want) == (2 if "split_k=2" in text else 1)
+    assert drv.launches == want and len(want) == (2 if "split_k=2" in text and family == "mma" else 1)
     # New pointers: only they change.
     a2 = torch.empty(M, K, dtype=h)
     drv.launches.clear()

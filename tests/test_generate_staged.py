@@ -250,7 +250,8 @@ def test_auto_seeds_split_k_where_the_tiles_cannot_fill_the_sms(shape):
     seeds = seed_specs(4, p, H200, ("triton", "cuda"), "auto")
     assert len(seeds) == 4 == len({s.text for s in seeds})
     assert all(is_valid(s, p, H200) for s in seeds)
-    split = [s for s in seeds if s.split_k > 1]
+    assert [s.family for s in seeds].count("stream") == (min(p.M, p.N) <= 64)   # skinny: one stream seed
+    split = [s for s in seeds if s.split_k > 1 and s.family != "stream"]
     assert len(split) == 2 and {s.family for s in split} <= {"tiled", "mma"}
     for s in split:
         ctas = math.ceil(p.M / s.bm) * math.ceil(p.N / s.bn) * s.split_k

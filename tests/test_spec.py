@@ -85,7 +85,8 @@ def test_masked_sampling_never_yields_an_invalid_spec():
 def test_mask_excludes_exactly_the_values_with_no_valid_completion():
     p = Problem(100, 17, 1000)          # N % 8 != 0: no TMA families
     fams = valid_values({"backend": "cuda"}, "family", p, H)
-    assert fams == ["mma"]
+    assert fams == ["mma", "stream"]    # stream: min(M, N) <= 64, A large (no N % 8 needed)
+    assert valid_values({"backend": "cuda"}, "family", Problem(100, 100, 1000), H) == ["mma"]
     assert valid_values({"backend": "triton"}, "family", p, H) == ["tiled"]
     # wgmma tiles only where a valid spec exists
     q = Problem(4096, 4096, 4096)

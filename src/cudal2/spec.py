@@ -7,6 +7,12 @@ use the rules in this file, so "valid" means one thing everywhere.
 Canonical text: every field as `key=value`, space separated, in FIELDS order, e.g.
   backend=triton family=tiled bm=128 bn=128 bk=64 warps=8 stages=4 group_m=8 split_k=1 subtile=1 warp_spec=0 cluster=1
 Each `key=value` is one policy token.
+
+family=stream (CUDA, decode / skinny: min(M, N) <= 64; kernels_cuda/stream.cu) reads the fields as:
+bm = rows of the large operand per CTA (16-128), bn = tokens of the small one per CTA (16-64),
+warps = K split inside the CTA, stages = 32-k chunks in flight per warp (its cp.async ring),
+split_k = K split across CTAs (reduced in the kernel, fixed order); bk (the 32-k chunk), group_m,
+subtile, warp_spec, cluster are pinned.
 """
 from __future__ import annotations
 
@@ -16,21 +22,26 @@ from typing import Callable, Iterable
 from .device import DeviceInfo
 from .problems import Problem
 
-FAMILIES = {"triton": ("tiled", "persistent"), "cuda": ("mma", "wgmma")}
+FAMILIES = {"triton": ("tiled", "persistent"), "cuda": ("mma", "wgmma", "stream")}
 
 # Sampling order of the fields, and each field's finite set of choices (the policy's vocabulary).
 CHOICES: dict[str, tuple] = {
     "backend": ("triton", "cuda"),
-    "family": ("tiled", "persistent", "mma", "wgmma"),
+    "family": ("tiled", "persistent", "mma", "wgmma", "stream"),
     "bm": (16, 32, 64, 128, 256),
-    "bn": (16, 32, 64, 128, 256),
+    # wgmma takes N in multiples of 8 up to 256: non-powers of two make whole waves (KERNELS.md 4).
+    "bn": tuple(range(16, 257, 16)),
     "bk": (16, 32, 64, 128),
     "warps": (2, 4, 8, 12),
-    "stages": (2, 3, 4, 5, 6),
+    # Up to what shared memory holds (the _smem rule reads the device's limit); 64x64 TMA tiles
+    # fit 13 stages in 227 KB, thin ones more.
+    "stages": tuple(range(2, 21)),
     "group_m": (1, 4, 8, 16),
     "split_k": (1, 2, 4, 8, 16),
     "subtile": (1, 2),
-    "warp_spec": (0, 1),
+    # Triton: 0/1 = the warp-specialisation hint. wgmma: 1 = cooperative consumers (they split each
+    # tile's rows), 2 = ping-pong (they take alternate tiles: one's epilogue overlaps the other's MMAs).
+    "warp_spec": (0, 1, 2),
     "cluster": (1, 2),
 }
 FIELDS = tuple(CHOICES)
@@ -40,14 +51,20 @@ PINNED = {
     "tiled": {"subtile": 1, "warp_spec": 0, "cluster": 1},
     "persistent": {"split_k": 1, "cluster": 1},
     "mma": {"subtile": 1, "warp_spec": 0, "cluster": 1},
-    "wgmma": {"split_k": 1, "subtile": 1, "warp_spec": 1},
+    "wgmma": {"subtile": 1},
+    "stream": {"bk": 32, "group_m": 1, "subtile": 1, "warp_spec": 0, "cluster": 1},
 }
-WARPS = {"tiled": (2, 4, 8), "persistent": (4, 8), "mma": (2, 4, 8), "wgmma": (8, 12)}
-WGMMA_TILE = {"bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (64,)}
+WARPS = {"tiled": (2, 4, 8), "persistent": (4, 8), "mma": (2, 4, 8), "wgmma": (8, 12), "stream": (2, 4, 8)}
+WGMMA_TILE = {"bm": (64, 128, 256), "bk": (64,)}
+# Families whose tiles index with tl.arange / power-of-two warp layouts keep power-of-two BN.
+POW2_BN_FAMILIES = ("tiled", "persistent", "mma")
 TMA_FAMILIES = ("persistent", "wgmma")
 # Accumulator registers per thread (fp32) we allow; past this the kernels spill on sm_90
 # (255 registers per thread, and A/B fragments, addresses and the pipeline need the rest).
 MAX_ACC_REGS = 128
+# wgmma with split-K: the fixed-order reduction needs registers beside the accumulators; ptxas
+# (NVRTC 13.0, sm_90a, 2026-12-03) spilled 740-950 B at 128 accumulators and none at 96.
+MAX_ACC_REGS_SPLITK = 96
 
 
 class SpecError(ValueError):
@@ -119,6 +136,7 @@ class KernelSpec:
             vals.setdefault(k, v)
         if family == "wgmma":
             vals.setdefault("bk", 64)
+            vals.setdefault("warp_spec", 1)
         return cls(**vals)
 
     def to_dict(self) -> dict:
@@ -130,18 +148,31 @@ class KernelSpec:
         """wgmma: consumer warpgroups (one producer warpgroup besides)."""
         return self.warps // 4 - 1
 
+    @property
+    def pingpong(self) -> bool:
+        return self.family == "wgmma" and self.warp_spec == 2
+
+    @property
+    def epi_cols(self) -> int:
+        """wgmma: width of the TMA-store box (the largest of 64/32/16 columns dividing BN)."""
+        return next(w for w in (64, 32, 16) if self.bn % w == 0)
+
     def smem_bytes(self) -> int:
         """Shared memory the kernel needs (estimate for Triton, exact ring size for CUDA)."""
+        if self.family == "stream":
+            return stream_smem(self.to_dict(), "nt")   # ring or partials: the same in both layouts
         ring = self.stages * (self.bm * self.bk + self.bk * self.bn) * 2
         if self.family == "persistent":
             return ring + self.bm * (self.bn // self.subtile) * 2   # TMA-store staging tile
         if self.family == "wgmma":
-            return ring + 1024   # the ring base is aligned up to 1 KB (128B-swizzle TMA tiles)
+            # + the epilogue's staging (a whole tile per warpgroup in ping-pong) + 1 KB that the
+            # kernel spends aligning the ring to the 128B-swizzle atom. Mbarriers are static.
+            staging = self.bm * self.bn * 2 * (2 if self.pingpong else 1)
+            return ring + staging + 1024
         return ring
 
     def acc_regs_per_thread(self) -> int:
-        threads = self.consumers * 128 if self.family == "wgmma" else self.warps * 32
-        return self.bm * self.bn // max(threads, 1)
+        return _acc_per_thread(self.to_dict())
 
 
 def mma_warp_layout(bm: int, bn: int, warps: int) -> tuple[int, int]:
@@ -193,10 +224,53 @@ def _wgmma_tile(field):
     return check
 
 
+def _bn(s, p, d):
+    bn, f = s["bn"], s["family"]
+    if f in POW2_BN_FAMILIES and bn & (bn - 1):
+        return f"family={f} takes a power-of-two bn, got {bn}"
+    if f == "wgmma" and p.layout == "nn" and bn % 64:
+        # nn B is N-major: TMA loads it in 64-column boxes of the 128-byte swizzle, so BN is a
+        # multiple of 64 there; nt B is K-major and takes any multiple of 16.
+        return f"wgmma with layout nn takes bn in multiples of 64 (N-major B in 128-byte boxes), got {bn}"
+
+
+def _acc_per_thread(s) -> int:
+    if s["family"] == "wgmma":
+        # Cooperative consumers split the tile; a ping-pong warpgroup holds a whole tile.
+        threads = 128 if s["warp_spec"] == 2 else (s["warps"] // 4 - 1) * 128
+    else:
+        threads = s["warps"] * 32
+    return s["bm"] * s["bn"] // max(threads, 1)
+
+
+def _warp_spec(s, p, d):
+    f, ws = s["family"], s["warp_spec"]
+    if f == "wgmma" and ws not in (1, 2):
+        return f"wgmma takes warp_spec 1 (cooperative) or 2 (ping-pong), got {ws}"
+    if f == "wgmma" and ws == 2 and s["warps"] != 12:
+        return "warp_spec=2 (ping-pong) needs two consumer warpgroups: warps=12"
+    if f != "wgmma" and ws == 2:
+        return f"warp_spec=2 (ping-pong) is a wgmma schedule; family={f} takes 0 or 1"
+
+
+def _any_schedule(check):
+    """A rule that reads warp_spec before the policy has chosen it (warp_spec comes late in FIELDS,
+    the tile rules early): while it is unchosen (None) the rule passes if some schedule passes, so
+    the mask prunes as soon as the tile is chosen instead of after every later field."""
+    def wrapped(s, p, d):
+        if s.get("warp_spec") is not None:
+            return check(s, p, d)
+        msgs = [check({**s, "warp_spec": w}, p, d) for w in ((1, 2) if s["family"] == "wgmma" else (0,))]
+        return None if any(m is None for m in msgs) else msgs[0]
+    return wrapped
+
+
 def _tile_warps(s, p, d):
     f, bm, bn, w = s["family"], s["bm"], s["bn"], s["warps"]
+    if f == "stream":
+        return None                    # every warp holds the whole tile: _stream_acc
     if f == "wgmma":
-        c = w // 4 - 1
+        c = 1 if s["warp_spec"] == 2 else w // 4 - 1
         if bm % (64 * c):
             return f"bm={bm} must split into {c} consumer warpgroups of 64-row multiples"
     elif f == "mma":
@@ -207,16 +281,29 @@ def _tile_warps(s, p, d):
         return f"tile {bm}x{bn} gives each of {w} warps less than a 16x16 block"
 
 
+def _splitk_regs(s, p, d):
+    acc = _acc_per_thread(s)
+    if s["family"] == "wgmma" and s["split_k"] > 1 and acc > MAX_ACC_REGS_SPLITK:
+        return (f"split_k={s['split_k']} with tile {s['bm']}x{s['bn']} needs {acc} accumulator registers "
+                f"per thread; the wgmma split-K reduction spills past {MAX_ACC_REGS_SPLITK}: use a smaller tile")
+
+
 def _acc_regs(s, p, d):
-    threads = (s["warps"] // 4 - 1) * 128 if s["family"] == "wgmma" else s["warps"] * 32
-    acc = s["bm"] * s["bn"] // max(threads, 1)
+    if s["family"] == "stream":
+        return None                    # _stream_acc
+    acc = _acc_per_thread(s)
     if acc > MAX_ACC_REGS:
         return (f"tile {s['bm']}x{s['bn']} needs {acc} fp32 accumulator registers per thread with "
                 f"warps={s['warps']} (limit {MAX_ACC_REGS}): use more warps or a smaller tile")
 
 
+# wgmma's static smem (2 x STAGES mbarriers, the ping-pong turn barriers, split-K flags): at most
+# 20 stages x 16 B + 32 B; ptxas counts it beside the dynamic smem against the same limit.
+WGMMA_STATIC_SMEM = 384
+
+
 def _smem(s, p, d):
-    need = KernelSpec(**s).smem_bytes()
+    need = KernelSpec(**s).smem_bytes() + (WGMMA_STATIC_SMEM if s["family"] == "wgmma" else 0)
     if need > d.smem_per_block:
         return (f"stages={s['stages']} with tile {s['bm']}x{s['bn']}x{s['bk']} needs {need} B of shared "
                 f"memory; the device allows {d.smem_per_block} B per block")
@@ -249,20 +336,111 @@ RULES: list[Rule] = [
     ("family", ("family",), _arch),
     ("family", ("family",), _tma_align),
     ("bm", ("family", "bm"), _wgmma_tile("bm")),
-    ("bn", ("family", "bn"), _wgmma_tile("bn")),
+    ("bn", ("family", "bn"), _bn),
     ("bk", ("family", "bk"), _wgmma_tile("bk")),
     ("warps", ("family", "warps"), _warps),
-    ("warps", ("family", "bm", "bn", "warps"), _tile_warps),
-    ("warps", ("family", "bm", "bn", "warps"), _acc_regs),
-    ("stages", ("family", "bm", "bn", "bk", "stages", "subtile"), _smem),
+    ("warps", ("family", "bm", "bn", "warps"), _any_schedule(_tile_warps)),
+    ("warps", ("family", "bm", "bn", "warps"), _any_schedule(_acc_regs)),
+    ("stages", ("family", "bm", "bn", "bk", "stages", "subtile"), _any_schedule(_smem)),
     ("split_k", ("family", "split_k"), _pinned("split_k")),
     ("split_k", ("bk", "split_k"), _split_k),
+    ("split_k", ("family", "bm", "bn", "warps", "split_k"), _any_schedule(_splitk_regs)),
     ("subtile", ("family", "subtile"), _pinned("subtile")),
     ("subtile", ("bn", "subtile"), _subtile),
     ("warp_spec", ("family", "warp_spec"), _pinned("warp_spec")),
+    ("warp_spec", ("family", "warps", "warp_spec"), _warp_spec),
     ("cluster", ("family", "cluster"), _pinned("cluster")),
     ("cluster", ("family", "cluster"), _cluster),
 ]
+
+
+# ---- the stream family (decode / skinny: min(M, N) <= 64; kernels_cuda/stream.cu) ------------------
+# Field mapping: bm = rows of the large dimension per CTA (16-row MMA blocks), bn = tokens of the
+# small dimension per CTA (8-column MMA blocks; more tokens take more CTAs along it), warps = K split
+# inside the CTA, stages = 32-k chunks each warp keeps in flight (nn with B large: the depth of each
+# warp's cp.async ring), split_k = K split across CTAs (reduced in the kernel, fixed order). bk is
+# the 32-k chunk and group_m, subtile, warp_spec, cluster are unused: pinned.
+STREAM_MAX_SMALL = 64
+STREAM_BM = (16, 32, 64, 128)
+STREAM_MAX_BN = 64
+STREAM_MAX_STAGES = 8
+# fp32 accumulators per thread (bm*bn/32: every warp holds the whole CTA tile, the warps split K):
+# up to 64 ptxas (NVRTC 13, sm_90a) compiled every spec tried in 48-229 registers without spilling
+# (tests/test_stream_compile.py); the ring is in shared memory, so stages add no registers.
+STREAM_MAX_ACC = 64
+
+
+def stream_smem(s, layout: str) -> int:
+    """Dynamic smem of a stream kernel: the larger of its cp.async ring and the warps' fp32
+    partials (reduced through the same smem after the loop). The ring holds `stages` chunks of
+    32 k per thread as 16-byte pieces: 2 per 16 rows of the large operand and 1 per 8 tokens of
+    the small one (nn with B large: a per-warp [32 k][bm] slot plus the pieces: the same bytes;
+    nn with A large reads the small B [K, N] element-wise and leaves its pieces unused)."""
+    w, bm, bn, st = s["warps"], s["bm"], s["bn"], s["stages"]
+    pieces = 2 * (bm // 16) + bn // 8
+    return max(w * bm * bn * 4, w * 32 * st * pieces * 16)
+
+
+def _stream_problem(s, p, d):
+    if s["family"] != "stream":
+        return None
+    if min(p.M, p.N) > STREAM_MAX_SMALL:
+        return f"family=stream serves min(M, N) <= {STREAM_MAX_SMALL} (decode / skinny), got M={p.M} N={p.N}"
+    if p.K % 8:
+        return f"family=stream loads 16 bytes of K at a time: K % 8 == 0, got K={p.K}"
+    if p.layout == "nn" and p.M <= p.N and p.N % 8:
+        return f"family=stream with layout nn and M <= N streams B by 16-byte rows: N % 8 == 0, got N={p.N}"
+
+
+def _stream_bm(s, p, d):
+    if s["family"] == "stream" and s["bm"] not in STREAM_BM:
+        return f"family=stream takes bm in {STREAM_BM} (rows of the large operand per CTA), got {s['bm']}"
+
+
+def _stream_bn(s, p, d):
+    if s["family"] == "stream" and s["bn"] > STREAM_MAX_BN:
+        return f"family=stream takes bn <= {STREAM_MAX_BN} (tokens of the small operand per CTA), got {s['bn']}"
+
+
+def _stream_stages(s, p, d):
+    if s["family"] == "stream" and s["stages"] > STREAM_MAX_STAGES:
+        return f"family=stream takes stages <= {STREAM_MAX_STAGES} (32-k chunks in flight per warp), got {s['stages']}"
+
+
+def _stream_acc(s, p, d):
+    acc = s["bm"] * s["bn"] // 32
+    if s["family"] == "stream" and acc > STREAM_MAX_ACC:
+        return (f"tile {s['bm']}x{s['bn']} needs {acc} fp32 accumulator registers per thread (each warp holds "
+                f"the whole tile; limit {STREAM_MAX_ACC}): a smaller bm or bn")
+
+
+def _stream_smem(s, p, d):
+    if s["family"] == "stream":
+        need = stream_smem(s, p.layout) + 128        # + the static smem ptxas reports (flag, aligned)
+        if need > d.smem_per_block:
+            return (f"stages={s['stages']} warps={s['warps']} with tile {s['bm']}x{s['bn']} needs {need} B of "
+                    f"shared memory ({p.layout}); the device allows {d.smem_per_block} B per block")
+
+
+def _add_rules(rules: list) -> None:
+    """Insert each rule after the last one of its field or an earlier field (RULES runs in FIELDS
+    order, so `validate` names the earliest field at fault)."""
+    for rule in rules:
+        at = FIELDS.index(rule[0])
+        pos = max((i for i, r in enumerate(RULES) if FIELDS.index(r[0]) <= at), default=-1)
+        RULES.insert(pos + 1, rule)
+
+
+_add_rules([
+    ("family", ("family",), _stream_problem),
+    ("bm", ("family", "bm"), _stream_bm),
+    ("bn", ("family", "bn"), _stream_bn),
+    ("bn", ("family", "bm", "bn"), _stream_acc),
+    ("bk", ("family", "bk"), _pinned("bk")),
+    ("stages", ("family", "stages"), _stream_stages),
+    ("stages", ("family", "bm", "bn", "warps", "stages"), _stream_smem),
+    ("group_m", ("family", "group_m"), _pinned("group_m")),
+])
 
 _DEFAULTS = {f.name: f.default for f in fields(KernelSpec)}
 
@@ -293,7 +471,7 @@ def is_valid(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> bool:
 # ---- masking for field-by-field sampling -----------------------------------------------------------
 def _prefix_ok(s: dict, problem: Problem, device: DeviceInfo) -> bool:
     """Apply every rule whose fields are all chosen in the partial spec `s`."""
-    full = {**_DEFAULTS, **s}
+    full = {**_DEFAULTS, "warp_spec": None, **s}     # see _any_schedule
     for _field, needs, check in RULES:
         if all(n in s for n in needs) and check(full, problem, device):
             return False
@@ -356,14 +534,21 @@ _PREFERRED = {
     "mma": ["bm=128 bn=128 bk=32 warps=8 stages=4 group_m=8", "bm=64 bn=128 bk=32 warps=4 stages=4 group_m=8",
             "bm=64 bn=64 bk=32 warps=4 stages=4", "bm=32 bn=64 bk=32 warps=2 stages=4",
             "bm=32 bn=32 bk=32 warps=2 stages=3", "bm=16 bn=32 bk=32 warps=2 stages=3"],
-    "wgmma": ["bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8", "bm=128 bn=128 bk=64 warps=12 stages=5 group_m=8",
+    "wgmma": ["bm=128 bn=256 bk=64 warps=12 stages=3 group_m=8", "bm=128 bn=128 bk=64 warps=12 stages=5 group_m=8",
               "bm=64 bn=128 bk=64 warps=8 stages=5 group_m=8", "bm=64 bn=64 bk=64 warps=8 stages=6"],
+    # bm runs along the large dimension, bn along the tokens (decode M = 1..16 first).
+    "stream": ["bm=64 bn=16 warps=8 stages=2 split_k=4", "bm=32 bn=32 warps=8 stages=2 split_k=4",
+               "bm=32 bn=64 warps=8 stages=2 split_k=2", "bm=128 bn=16 warps=8 stages=2 split_k=2",
+               "bm=16 bn=16 warps=4 stages=4 split_k=2", "bm=16 bn=16 warps=2 stages=2"],
 }
 
 
 def fits(problem: Problem, spec: KernelSpec) -> bool:
     """The tile is no larger than the problem rounded up to a power of two (a larger one computes
-    mostly masked lanes)."""
+    mostly masked lanes). stream: bm runs along the larger of M, N and bn along the smaller."""
+    if spec.family == "stream":
+        big, small = max(problem.M, problem.N), min(problem.M, problem.N)
+        return spec.bm <= max(16, _pow2_ceil(big)) and spec.bn <= max(16, _pow2_ceil(small))
     return spec.bm <= max(16, _pow2_ceil(problem.M)) and spec.bn <= max(16, _pow2_ceil(problem.N))
 
 

@@ -58,6 +58,28 @@ def flop_class(flops: float) -> str:
     return CLASSES[0] if g < 1 else CLASSES[1] if g <= 100 else CLASSES[2]
 
 
+# The six classes every target uses; the project's definition is ../shared/classes.py (outside the
+# package, so not on the device). This copy must agree with it: tests/test_shape_class.py checks.
+SHAPE_CLASSES = ("small", "skinny", "starved", "shortK", "mid", "large")
+
+
+def shape_class(m: int, n: int, k: int, sms: int = 132) -> str:
+    """small < 1 GFLOP; large >= 100; else skinny (min(M, N) <= 64), starved (128x128 tiles < SMs),
+    shortK (K <= 512), mid."""
+    gflop = 2.0 * m * n * k / 1e9
+    if gflop < 1:
+        return "small"
+    if gflop >= 100:
+        return "large"
+    if min(m, n) <= 64:
+        return "skinny"
+    if -(-m // 128) * -(-n // 128) < sms:
+        return "starved"
+    if k <= 512:
+        return "shortK"
+    return "mid"
+
+
 def geomean(xs: Iterable[float]) -> float:
     xs = list(xs)
     if not xs:

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..device import DeviceInfo
 from ..kernels_cuda import KERNELS, render as render_template
 from ..problems import Problem
-from ..spec import KernelSpec, SpecError, validate
+from ..spec import KernelSpec, SpecError, stream_smem, validate
 from .base import Artifact, CompileError, LaunchError
 
 OPTIONS = ("-std=c++17", "--ptxas-options=-v")
@@ -62,10 +62,11 @@ def parse_ptxas_log(log: str) -> dict[str, dict[str, int]]:
 
 
 def dynamic_smem(spec: KernelSpec) -> int:
-    """Bytes of dynamic shared memory the kernel is launched with: the operand ring (wgmma: + 1 KB,
-    which the kernel spends aligning the ring to the 1024-byte swizzle atom; its mbarriers are static)."""
+    """Bytes of dynamic shared memory the kernel is launched with: the operand ring (wgmma: + the
+    epilogue's staging + 1 KB, which the kernel spends aligning the ring to the 1024-byte swizzle
+    atom; its mbarriers are static)."""
     if spec.family == "wgmma":
-        return spec.stages * (spec.bm + spec.bn) * 64 * 2 + 1024
+        return spec.smem_bytes()
     return spec.stages * (spec.bm * spec.bk + spec.bk * spec.bn) * 2
 
 
@@ -143,7 +144,7 @@ class CudaBackend:
                 "kernel": main, "kernels": kernels, "arch": arch, "layout": layout,
                 "registers": r["registers"], "spills_bytes": r["spill_stores"] + r["spill_loads"],
                 "stack_bytes": r["stack_bytes"], "smem_static": r["smem_static"],
-                "smem_dynamic": dynamic_smem(spec), "nvrtc": nvrtc_version(),
+                "smem_dynamic": stream_smem(spec.to_dict(), layout) if spec.family == "stream" else dynamic_smem(spec), "nvrtc": nvrtc_version(),
                 "compile_s": round(time.perf_counter() - t0, 3), "log": log, "key": key,
             }
             _atomic_write(cubin_path, cubin)

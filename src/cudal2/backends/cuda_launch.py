@@ -79,19 +79,23 @@ class CudaKernel:
         self.sm_count = self.device_info.sm_count     # read once by cudal2.device, not asked again
         self.threads = self.spec.warps * 32
         self._ws = None
-        self._tmaps: dict[tuple, tuple[bytes, bytes]] = {}
+        self._ws_streams: dict = {}       # wgmma split-K: stream -> (partials, counters)
+        self._tmaps: dict[tuple, tuple[bytes, ...]] = {}
         # Argument slots and the void* array pointing at them, built once.
         self._u64 = [ctypes.c_uint64() for _ in range(4)]
         self._i32 = [ctypes.c_int() for _ in range(3)]
         if self.family == "wgmma":
-            self._maps = [(ctypes.c_ubyte * 128)() for _ in range(2)]
-            slots = self._maps + [self._u64[2]] + self._i32
+            self._maps = [(ctypes.c_ubyte * 128)() for _ in range(3)]
+            slots = self._maps + [self._u64[2], self._u64[3]] + self._i32
         else:
             slots = self._u64 + self._i32
         self._args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
         self._red_args = (ctypes.c_void_p * 4)(*[ctypes.addressof(s) for s in (self._u64[3], self._u64[2],
                                                                                  self._i32[0], self._i32[1])])
         self._binds: dict = {}
+        if self.family == "stream":        # decode / skinny: its own launcher (backends/cuda_stream.py)
+            from .cuda_stream import StreamLauncher
+            self._streamer = StreamLauncher(self)
 
     def supports(self, problem: Problem) -> bool:
         return problem.layout == self.layout and is_valid(self.spec, problem, self.device_info)
@@ -146,6 +150,8 @@ class CudaKernel:
     def _run(self, M, N, K, a, b, c, s) -> None:
         self._i32[0].value, self._i32[1].value, self._i32[2].value = M, N, K
         pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+        if self.family == "stream":
+            return self._streamer.run(M, N, K, pa, pb, pc, s)
         if self.family == "wgmma":
             self._call_wgmma(M, N, K, b, pa, pb, pc, s)
         else:
@@ -173,34 +179,59 @@ class CudaKernel:
             blocks = min(_cdiv(M * N, 256), self.sm_count * 16)
             self._launch("cudal2_splitk_reduce", (blocks, 1, 1), 256, 0, s, self._red_args)
 
-    def _tensor_maps(self, M, N, K, bshape: tuple, pa, pb) -> tuple[bytes, bytes]:
-        key = (pa, M, K, pb, bshape)
+    def _tensor_maps(self, M, N, K, bshape: tuple, pa, pb, pc) -> tuple[bytes, bytes, bytes]:
+        key = (pa, M, K, pb, bshape, pc)
         hit = self._tmaps.get(key)
         if hit is not None:
             return hit
-        if (pa | pb) % 16:
-            raise ValueError("wgmma (TMA) needs 16-byte aligned a and b")
+        if (pa | pb | pc) % 16:
+            raise ValueError("wgmma (TMA) needs 16-byte aligned a, b and c")
         if K % 8 or N % 8:
             raise ValueError(f"wgmma (TMA) needs N % 8 == 0 and K % 8 == 0, got N={N} K={K}")
         sp, cl = self.spec, self.spec.cluster
         ta = _encode(pa, K, M, 64, sp.bm)
         tb = _encode(pb, K, N, 64, sp.bn // cl) if self.layout == "nt" else _encode(pb, N, K, 64, 64 // cl)
+        # C: the epilogue's store box, one warpgroup's rows by epi_cols columns, swizzled as staged.
+        crows = sp.bm if sp.pingpong else sp.bm // sp.consumers
+        tc = _encode(pc, N, M, sp.epi_cols, crows)
         if len(self._tmaps) >= _TMAP_CACHE_MAX:
             self._tmaps.clear()
-        self._tmaps[key] = (ta, tb)
-        return ta, tb
+        self._tmaps[key] = (ta, tb, tc)
+        return ta, tb, tc
+
+    def _grid_wgmma(self, M: int, N: int) -> int:
+        sp, cl = self.spec, self.spec.cluster
+        units = _cdiv(_cdiv(M, sp.bm), cl) * _cdiv(N, sp.bn) * sp.split_k   # (cluster tile, K slice)
+        return max(1, min(self.sm_count // cl, units)) * cl                 # persistent: one CTA per SM
+
+    def _splitk_workspace(self, M: int, N: int, stream: int, device) -> tuple[int, int]:
+        """wgmma split-K: fp32 partials and per-tile int32 counters for this stream (one pair per
+        stream, so two streams never share counters), each grown when a larger size needs more.
+        Counters are zeroed when allocated and the kernel resets each one it uses, so every size
+        finds its counters at 0 wherever they sit. Returns (partials pointer, counters pointer)."""
+        import torch
+        sp = self.spec
+        tiles = _cdiv(_cdiv(M, sp.bm), sp.cluster) * sp.cluster * _cdiv(N, sp.bn)
+        slots = tiles * (1 if sp.pingpong else sp.consumers)
+        floats = tiles * sp.split_k * sp.bm * sp.bn
+        pair = self._ws_streams.get(stream)
+        if pair is None or pair[0].numel() < floats or pair[1].numel() < slots:
+            part = pair[0] if pair is not None and pair[0].numel() >= floats else \
+                torch.empty(floats, dtype=torch.float32, device=device)
+            cnt = pair[1] if pair is not None and pair[1].numel() >= slots else \
+                torch.zeros(slots, dtype=torch.int32, device=device)
+            pair = self._ws_streams[stream] = (part, cnt)      # a new pair: bound launches re-read
+        return pair[0].data_ptr(), pair[1].data_ptr()
 
     def _call_wgmma(self, M, N, K, b, pa, pb, pc, s) -> None:
-        if pc % 16:
-            raise ValueError("wgmma needs a 16-byte aligned c")
-        ta, tb = self._tensor_maps(M, N, K, tuple(b.shape), pa, pb)
-        ctypes.memmove(self._maps[0], ta, 128)
-        ctypes.memmove(self._maps[1], tb, 128)
-        self._u64[2].value = pc
-        sp, cl = self.spec, self.spec.cluster
-        ctiles = _cdiv(_cdiv(M, sp.bm), cl) * _cdiv(N, sp.bn)     # cluster tiles
-        grid = max(1, min(self.sm_count // cl, ctiles)) * cl      # persistent: one CTA per SM
-        self._launch("cudal2_wgmma", (grid, 1, 1), self.threads, self.smem, s, self._args)
+        ta, tb, tc = self._tensor_maps(M, N, K, tuple(b.shape), pa, pb, pc)
+        for slot, m in zip(self._maps, (ta, tb, tc)):
+            ctypes.memmove(slot, m, 128)
+        if self.spec.split_k > 1:
+            self._u64[2].value, self._u64[3].value = self._splitk_workspace(M, N, s, b.device)
+        else:
+            self._u64[2].value = self._u64[3].value = 0
+        self._launch("cudal2_wgmma", (self._grid_wgmma(M, N), 1, 1), self.threads, self.smem, s, self._args)
 
 
     # ---- bound sizes (cudal2.ops plans) --------------------------------------------------------------
@@ -212,6 +243,9 @@ class CudaKernel:
         if f is None:
             if len(self._binds) >= _MAX_BINDS:
                 self._binds.clear()
+            if self.family == "stream":
+                f = self._binds[key] = self._streamer.bind(M, N, K)
+                return f
             f = self._binds[key] = (self._bind_wgmma if self.family == "wgmma" else self._bind_mma)(M, N, K)
         return f
 
@@ -259,32 +293,33 @@ class CudaKernel:
 
     def _bind_wgmma(self, M: int, N: int, K: int):
         sp, d = self.spec, _drv()
-        maps = [(ctypes.c_ubyte * 128)() for _ in range(2)]
-        pc_slot = ctypes.c_uint64()
+        maps = [(ctypes.c_ubyte * 128)() for _ in range(3)]
+        ws_slot, cnt_slot = ctypes.c_uint64(), ctypes.c_uint64()
         i32 = [ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)]
-        slots = maps + [pc_slot] + i32
+        slots = maps + [ws_slot, cnt_slot] + i32
         args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
         a_args = ctypes.addressof(args)
-        cl = sp.cluster
-        ctiles = _cdiv(_cdiv(M, sp.bm), cl) * _cdiv(N, sp.bn)
-        g0 = max(1, min(self.sm_count // cl, ctiles)) * cl
+        g0 = self._grid_wgmma(M, N)
         f, threads, smem = self.funcs["cudal2_wgmma"], self.threads, self.smem
         launch, ok, idx = d.cuLaunchKernel, d.CUresult.CUDA_SUCCESS, self.device_index
         stream = stream_getter()
         bshape = (K, N) if self.layout == "nn" else (N, K)
-        last = [None]
+        split, wss = sp.split_k > 1, self._ws_streams
+        last = [None, None]
 
         def run(a, b, c) -> None:
             pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-            if pc % 16:
-                raise ValueError("wgmma needs a 16-byte aligned c")
-            if last[0] != (pa, pb):     # maps encode the operand pointers: rewrite when they move
-                ta, tb = self._tensor_maps(M, N, K, bshape, pa, pb)
-                ctypes.memmove(maps[0], ta, 128)
-                ctypes.memmove(maps[1], tb, 128)
-                last[0] = (pa, pb)
-            pc_slot.value = pc
-            res = launch(f, g0, 1, 1, threads, 1, 1, smem, stream(idx), a_args, 0)
+            if last[0] != (pa, pb, pc):     # maps encode the operand pointers: rewrite when they move
+                for slot, m in zip(maps, self._tensor_maps(M, N, K, bshape, pa, pb, pc)):
+                    ctypes.memmove(slot, m, 128)
+                last[0] = (pa, pb, pc)
+            s = stream(idx)
+            # One workspace per stream; re-read when the stream changes or another size grew
+            # (replaced) this stream's buffer. A buffer only grows, so the same one still fits.
+            if split and (last[1] is None or last[1][0] != s or wss.get(s) is not last[1][1]):
+                ws_slot.value, cnt_slot.value = self._splitk_workspace(M, N, s, a.device)
+                last[1] = (s, wss[s])
+            res = launch(f, g0, 1, 1, threads, 1, 1, smem, s, a_args, 0)
             if res[0] != ok:
                 check(res, f"cuLaunchKernel(cudal2_wgmma {M}x{N}x{K}, grid=({g0}, 1, 1), block={threads})")
         run.keep = (args, slots)        # bare addresses in args: keep every slot object alive
@@ -292,14 +327,18 @@ class CudaKernel:
 
 
 def _encode(ptr: int, inner: int, outer: int, box_inner: int, box_outer: int) -> bytes:
-    """A 2-D fp16 tensor map (row-major [outer, inner]), 128-byte swizzle, zero fill out of bounds."""
+    """A 2-D fp16 tensor map (row-major [outer, inner]), zero fill out of bounds; the swizzle spans
+    the box's row (128, 64 or 32 bytes), which is what the kernels' smem layouts assume."""
     d = _drv()
+    sw = d.CUtensorMapSwizzle
+    swizzle = {128: sw.CU_TENSOR_MAP_SWIZZLE_128B, 64: sw.CU_TENSOR_MAP_SWIZZLE_64B,
+               32: sw.CU_TENSOR_MAP_SWIZZLE_32B}[box_inner * 2]
     tmap = check(d.cuTensorMapEncodeTiled(
         d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, ptr,
         [d.cuuint64_t(inner), d.cuuint64_t(outer)], [d.cuuint64_t(inner * 2)],
         [d.cuuint32_t(box_inner), d.cuuint32_t(box_outer)], [d.cuuint32_t(1), d.cuuint32_t(1)],
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        swizzle,
         d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), f"cuTensorMapEncodeTiled({outer}x{inner})")
     return ctypes.string_at(tmap.getPtr(), 128)

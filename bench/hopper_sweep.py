@@ -1,0 +1,202 @@
+"""Issue 19's measurement: the Hopper wgmma family's best spec per shape against best-cublas, per
+class of ../shared/classes.py (cudal2.stats.shape_class) and layout.
+
+Per shape: the cost model's candidates (cudal2.tiles.candidates) plus any --extra specs are built
+(a build failure is a row, not an outage), given the checker's random check, then timed together
+with the four baselines of the layout, interleaved (cudal2.timing.offline: GPU time, one run, so
+the ratios are same-run ratios). Compiles happen first, for every shape, in a process pool (the
+source depends only on spec and layout, so most shapes reuse a cubin). One CSV row per (shape,
+layout, spec), rewritten after each shape (a cut run keeps what it measured), and a JSON with the
+per-class summary, keyed by card and commit, with the command line:
+
+  python3 bench/hopper_sweep.py --out $OUT [--classes shortK,starved,mid,large] [--layouts nn,nt]
+      [--per-class 16] [--shapes MxNxK,...] [--n-cands 8] [--extra "spec;spec"] [--time-limit 400]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+BASELINES = {"nn": ("torch", "cublas-nn", "cublaslt-heuristic", "cublaslt-autotune"),
+             "nt": ("torch", "cublas-tn", "cublaslt-heuristic", "cublaslt-autotune")}
+
+
+def pick_shapes(classes: list[str], per_class: int, layouts: list[str]) -> list:
+    """Grid shapes of each class; per_class > 0 takes that many spread evenly over the class sorted
+    by FLOPs (both ends included), always with 4096^3 and 8192^3 in `large`."""
+    from cudal2.problems import Problem, grid
+    from cudal2.stats import shape_class
+    out = []
+    for cls in classes:
+        members = sorted((p for p in grid() if shape_class(p.M, p.N, p.K) == cls), key=lambda p: (p.flops, p.shape))
+        if per_class and len(members) > per_class:
+            idx = sorted({round(i * (len(members) - 1) / (per_class - 1)) for i in range(per_class)})
+            chosen = [members[i] for i in idx]
+            if cls == "large":
+                for cube in (Problem(4096, 4096, 4096), Problem(8192, 8192, 8192)):
+                    if cube not in chosen:
+                        chosen.append(cube)
+            members = chosen
+        out += [p.with_layout(lay) for lay in layouts for p in members]
+    return out
+
+
+def _compile(args):
+    """Worker: compile one spec (the cubin lands in the shared disk cache)."""
+    text, shape, layout, dev_dict = args
+    from cudal2.backends import get_backend
+    from cudal2.device import DeviceInfo
+    from cudal2.problems import Problem
+    from cudal2.spec import KernelSpec
+    try:
+        p = Problem.parse(shape, layout)
+        get_backend("cuda").compile(KernelSpec.parse(text), p, DeviceInfo.from_dict(dev_dict))
+        return text, layout, None
+    except Exception as e:                                   # reported per row, not fatal
+        return text, layout, (str(e).splitlines() or [type(e).__name__])[0][:200]
+
+
+def plan(problems, dev, n_cands: int, extra: list[str]) -> dict:
+    from cudal2.spec import KernelSpec, is_valid
+    from cudal2.tiles import candidates
+    out = {}
+    for p in problems:
+        specs = [s.text for s in candidates(p, dev, n_cands)]
+        for t in extra:
+            s = KernelSpec.parse(t)
+            if is_valid(s, p, dev) and s.text not in specs:
+                specs.append(s.text)
+        out[p] = specs
+    return out
+
+
+def sweep_shape(p, specs, dev, min_ms: float, compile_errors: dict) -> list[dict]:
+    import torch
+
+    from cudal2 import timing
+    from cudal2.backends import build_kernel
+    from cudal2.baselines import best, prepare
+    from cudal2.check import check_kernel, make_inputs
+    from cudal2.spec import KernelSpec
+    from cudal2.stats import shape_class
+    a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(p.M * 7 + p.N * 3 + p.K))
+    c0 = torch.empty(p.M, p.N, dtype=torch.float16, device="cuda")
+    reasons: dict = {}
+    fns = dict(prepare(BASELINES[p.layout], p, a, b, c0, reasons=reasons))
+    status = {}
+    for text in specs:
+        if (text, p.layout) in compile_errors:
+            status[text] = f"compile failed: {compile_errors[(text, p.layout)]}"
+            continue
+        try:
+            k = build_kernel(KernelSpec.parse(text), p, dev)
+        except Exception as e:
+            status[text] = f"build failed: {(str(e).splitlines() or [type(e).__name__])[0][:160]}"
+            continue
+        rep = check_kernel(k, p, "cuda", checks=("random",))
+        if not rep.passed:
+            status[text] = f"check failed: {rep.reason}"
+            continue
+        c = torch.empty_like(c0)
+        fns[text] = lambda k=k, c=c: k(a, b, c)
+        status[text] = "ok"
+    stats = timing.offline(fns, min_ms=min_ms)
+    base_name, base_us = best({n: s for n, s in stats.items() if n in BASELINES[p.layout]})
+    cls = shape_class(p.M, p.N, p.K)
+    rows = []
+    for text, st in status.items():
+        s = stats.get(text) if st == "ok" else None
+        rows.append({"shape": p.shape, "layout": p.layout, "class": cls, "spec": text, "status": st,
+                     "best_cublas": base_name, "best_cublas_us": round(base_us, 3),
+                     "us": round(s.median_us, 3) if s else None, "spread": round(s.spread, 4) if s else None,
+                     "vs_best_cublas": round(base_us / s.median_us, 4) if s else None,
+                     "tflops": round(p.flops / s.median_us / 1e6, 1) if s else None,
+                     "baselines_missing": ";".join(f"{n}: {r}" for n, r in reasons.items())})
+    return rows
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per (class, layout): the best spec per shape vs best-cublas, geomean / worst / wins."""
+    best: dict = {}
+    for r in rows:
+        if r["vs_best_cublas"]:
+            key = (r["class"], r["layout"], r["shape"])
+            best[key] = max(best.get(key, 0.0), r["vs_best_cublas"])
+    groups: dict = {}
+    for (cls, lay, _), v in best.items():
+        groups.setdefault(f"{cls}/{lay}", []).append(v)
+    return {g: {"shapes": len(v), "geomean": round(math.exp(sum(map(math.log, v)) / len(v)), 4),
+                "worst": round(min(v), 4), "best": round(max(v), 4), "wins": sum(x > 1.0 for x in v)}
+            for g, v in sorted(groups.items())}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench/results/h200-sm90")
+    ap.add_argument("--classes", default="shortK,starved,mid,large")
+    ap.add_argument("--layouts", default="nn,nt")
+    ap.add_argument("--per-class", type=int, default=16, help="shapes per class (0: all of the class)")
+    ap.add_argument("--shapes", default="", help="comma-separated MxNxK instead of the grid classes")
+    ap.add_argument("--n-cands", type=int, default=8, help="cost-model candidates per shape")
+    ap.add_argument("--extra", default="", help="';'-separated spec texts tried where valid")
+    ap.add_argument("--min-ms", type=float, default=10.0, help="offline timing per function, at least")
+    ap.add_argument("--time-limit", type=float, default=400.0, help="start no shape after this many seconds")
+    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="compile processes")
+    ap.add_argument("--tag", default="hopper_sweep")
+    args = ap.parse_args()
+    import torch
+
+    from cudal2.device import current
+    from cudal2.problems import parse_shapes
+    from cudal2.versions import collect, source_commit
+    if not torch.cuda.is_available():
+        print("error: no CUDA GPU: this benchmark times kernels on the GPU", file=sys.stderr)
+        return 3
+    dev, out, t0 = current(), Path(args.out), time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    layouts = args.layouts.split(",")
+    problems = ([q.with_layout(l) for l in layouts for q in parse_shapes(args.shapes)] if args.shapes
+                else pick_shapes(args.classes.split(","), args.per_class, layouts))
+    specs = plan(problems, dev, args.n_cands, [t for t in args.extra.split(";") if t.strip()])
+    jobs = {(t, p.layout): (t, p.shape, p.layout, dev.to_dict()) for p in problems for t in specs[p]}
+    errors = {}
+    with ProcessPoolExecutor(args.jobs) as ex:
+        for text, layout, err in ex.map(_compile, jobs.values()):
+            if err:
+                errors[(text, layout)] = err
+    print(f"{len(problems)} problems, {len(jobs)} distinct (spec, layout) compiled in "
+          f"{time.monotonic() - t0:.0f} s ({len(errors)} failed)", flush=True)
+    tag = f"{args.tag}_{source_commit()}"
+    meta = {"device": dev.key, "command": " ".join(sys.argv), "versions": collect(), "min_ms": args.min_ms}
+    rows: list[dict] = []
+    for i, p in enumerate(problems):
+        if time.monotonic() - t0 > args.time_limit:
+            print(f"time limit: stopped before {p} ({i} of {len(problems)} done)", flush=True)
+            break
+        got = sweep_shape(p, specs[p], dev, args.min_ms, errors)
+        rows += got
+        top = max((r for r in got if r["vs_best_cublas"]), key=lambda r: r["vs_best_cublas"], default=None)
+        print(f"{p} [{got[0]['class']}] best-cublas {got[0]['best_cublas_us']} us ({got[0]['best_cublas']}); "
+              + (f"best {top['vs_best_cublas']}x {top['spec'].split(' ', 2)[2][:70]}" if top else "no kernel ran"),
+              flush=True)
+        with open(out / f"{tag}.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(rows)}, indent=1))
+    for g, s in summarize(rows).items():
+        print(f"{g:14s} {s['shapes']:3d} shapes  geomean {s['geomean']:.3f}x  worst {s['worst']:.3f}x  "
+              f"best {s['best']:.3f}x  wins {s['wins']}")
+    print(f"done in {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

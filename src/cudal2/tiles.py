@@ -1,0 +1,105 @@
+"""Candidate wgmma specs for a shape, ranked by a wave-quantisation cost model (no GPU needed).
+
+The Hopper family takes any BN that is a multiple of 16 (nt; multiples of 64 in nn), one-launch
+split-K and two consumer schedules, so a shape has thousands of valid specs. This picks the few
+worth timing first, from what decides speed on these shapes (`../shared/KERNELS.md`):
+  - whole waves: work units (tiles x K slices) over the SM count should land just under a whole
+    number of waves (4: non-power-of-two BN);
+  - tile efficiency: a wgmma tile's MMA rate grows with its arithmetic intensity BM*BN/(BM+BN)
+    (operand bytes per MMA from shared memory), saturating at 128x256;
+  - starved shapes (too few tiles to fill the SMs) split K so every SM streams (2), paying one
+    fp32 partial write and read per slice;
+  - operand loads: small tiles are bound by L2->SM bandwidth, not MMAs; a 2-CTA cluster shares
+    the B tile by TMA multicast (7);
+  - the deepest ring that fits beside the epilogue's staging (3: small tiles need more stages).
+The model ranks; the clock decides. `candidates` is the search's seed list for the family and the
+spec sweep's list (bench/hopper_sweep.py).
+"""
+from __future__ import annotations
+
+import math
+
+from .device import DeviceInfo
+from .problems import Problem
+from .spec import KernelSpec, is_valid
+
+_BMS = (64, 128, 256)
+_SPLITS = (1, 2, 4, 8, 16)
+
+
+def _intensity_rate(bm: int, bn: int) -> float:
+    """Relative MMA throughput of a tile: saturates at the 128x256 tile's intensity (85.3)."""
+    return min(1.0, (bm * bn / (bm + bn)) / 85.3) ** 0.6
+
+
+# Per SM, in clocks (H100/H200 leads, to rank, not to predict): ~2048 fp16 FMA per clock from
+# wgmma; ~48 B per clock of operand tiles from L2 (small tiles are load-bound: a 64x128 K-tile is
+# 24 KB for 0.5 M FMA); ~1000 clocks to fill and drain a unit (the producer runs ahead, so part
+# of it hides).
+_FMA_PER_CLK, _L2_B_PER_CLK, _UNIT_CLK = 2048.0, 48.0, 1000.0
+
+
+def estimate(problem: Problem, bm: int, bn: int, split: int, sms: int, cluster: int = 1) -> float:
+    """Model time in SM clocks: whole waves of work units (tile x K slice), each K-tile bound by
+    its MMAs or its operand loads (a 2-CTA cluster loads half the B tile per CTA: multicast), plus
+    the split-K partial traffic spread over the SMs."""
+    tiles_m = math.ceil(problem.M / bm)
+    tiles = math.ceil(tiles_m / cluster) * cluster * math.ceil(problem.N / bn)
+    waves = math.ceil(tiles * split / sms)
+    ktiles = math.ceil(math.ceil(problem.K / 64) / split)
+    mma = bm * bn * 64 / (_FMA_PER_CLK * _intensity_rate(bm, bn))
+    load = 64 * (bm + bn / cluster) * 2 / _L2_B_PER_CLK
+    unit = ktiles * max(mma, load) + _UNIT_CLK
+    # Every slice writes bm*bn fp32 partials and the last reads them back: 8 B per element.
+    reduce = tiles * bm * bn * 8.0 * (split - 1) / sms / _L2_B_PER_CLK if split > 1 else 0.0
+    return waves * unit + reduce
+
+
+def _max_stages(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec | None:
+    """The spec with the deepest ring (up to 16) that the one validity rule accepts."""
+    for st in range(16, 1, -1):
+        s = KernelSpec(**{**spec.to_dict(), "stages": st})
+        if is_valid(s, problem, device):
+            return s
+    return None
+
+
+def candidates(problem: Problem, device: DeviceInfo, n: int = 8) -> list[KernelSpec]:
+    """n valid cooperative wgmma specs, best modelled first (distinct tile and split, each with the
+    deepest ring that fits; 2-CTA clusters where the model likes them), then ping-pong versions of
+    the two best tiles that allow one (n + 2 at most)."""
+    sms = device.sm_count or 132
+    bns = [b for b in range(16, 257, 16) if problem.layout == "nt" or b % 64 == 0]
+    scored = []
+    for bm in _BMS:
+        for bn in bns:
+            if bm > 64 and bn < 64:        # thin tiles on two consumer warpgroups waste the MMA shape
+                continue
+            for split in _SPLITS:
+                if split > 1 and math.ceil(problem.K / 64) < 2 * split:
+                    continue                   # at least two K-tiles per slice
+                for cl in (1, 2):
+                    scored.append((estimate(problem, bm, bn, split, sms, cl), bm, bn, split, cl))
+    scored.sort()
+    out: list[KernelSpec] = []
+    per_tile: dict = {}
+    for _, bm, bn, split, cl in scored:
+        if len(out) >= n:
+            break
+        if per_tile.get((bm, bn), 0) >= 2:    # spread the list over tiles: the model only ranks
+            continue
+        for warps, ws in (((8, 1), (12, 1)) if bm == 64 else ((12, 1),)):
+            base = KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=warps, stages=2,
+                              group_m=8, split_k=split, subtile=1, warp_spec=ws, cluster=cl)
+            s = _max_stages(base, problem, device)
+            if s is not None and s not in out:
+                out.append(s)
+                per_tile[(bm, bn)] = per_tile.get((bm, bn), 0) + 1
+                break
+    added = 0
+    for s in list(out):               # ping-pong for the two best tiles a warpgroup can hold whole
+        pp = _max_stages(KernelSpec(**{**s.to_dict(), "warps": 12, "warp_spec": 2}), problem, device)
+        if pp is not None and pp not in out and added < 2:
+            out.append(pp)
+            added += 1
+    return out

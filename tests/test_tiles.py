@@ -1,0 +1,45 @@
+"""cudal2.tiles: the wgmma candidates are valid, distinct, and follow the wave model (no GPU)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cudal2.device import DeviceInfo
+from cudal2.problems import Problem
+from cudal2.spec import is_valid
+from cudal2.tiles import candidates, estimate
+
+H200 = dataclasses.replace(DeviceInfo.target("sm_90a"), sm_count=132)
+
+
+@pytest.mark.parametrize("shape,layout", [("4096x4096x512", "nn"), ("4096x4096x512", "nt"),
+                                          ("64x64x8192", "nt"), ("512x256x16384", "nn"),
+                                          ("1000x3000x1000", "nt"), ("8192x8192x8192", "nn")])
+def test_candidates_are_valid_and_distinct(shape, layout):
+    p = Problem.parse(shape, layout)
+    got = candidates(p, H200, 8)
+    assert 8 <= len(got) <= 11
+    assert all(s.family == "wgmma" and is_valid(s, p, H200) for s in got)
+    assert len({s.text for s in got}) == len(got)
+    if layout == "nn":
+        assert all(s.bn % 64 == 0 for s in got)      # N-major B: 64-column TMA boxes
+
+
+def test_starved_shapes_split_k_and_full_ones_do_not():
+    starved = candidates(Problem(256, 512, 8192, "nt"), H200, 8)
+    assert starved[0].split_k > 1            # 8 tiles of 64x64 on 132 SMs: split K
+    full = candidates(Problem(8192, 8192, 8192, "nn"), H200, 8)
+    assert full[0].split_k == 1 and (full[0].bm, full[0].bn) in ((128, 256), (256, 128))
+
+
+def test_deepest_ring_that_fits():
+    s = candidates(Problem(64, 64, 8192, "nt"), H200, 8)[0]
+    bigger = dataclasses.replace(s, stages=s.stages + 1)
+    assert s.stages == 16 or not is_valid(bigger, Problem(64, 64, 8192, "nt"), H200)
+
+
+def test_estimate_prefers_whole_waves():
+    p = Problem(4096, 4096, 512)
+    # 132 SMs: 128x256 tiles (512) make 3.9 waves; 128x240 tiles (544) spill into a 5th wave.
+    assert estimate(p, 128, 256, 1, 132) < estimate(p, 128, 240, 1, 132)
