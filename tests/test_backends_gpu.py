@@ -118,7 +118,7 @@ NT_ODD_BN = [
     "bm=128 bn=112 warps=12 stages=6",
     "bm=64 bn=208 warps=12 stages=5 warp_spec=2",
     "bm=128 bn=96 warps=12 stages=6 cluster=2",
-    "bm=64 bn=48 warps=8 stages=16 split_k=8",
+    "bm=64 bn=48 warps=8 stages=15 split_k=8",
     "bm=128 bn=160 warps=12 stages=4 split_k=2",
 ]
 
