@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     model, store, run, inner = None, None, None, None
     if a.synthetic:
         from cudal2.device import DeviceInfo
-        from cudal2.fake_evaluator import FakeEvaluator
+        from cudal2.testing.fake_evaluator import FakeEvaluator
         device = DeviceInfo.target("sm_90a")
         inner = FakeEvaluator(study_model.StudyStubClock(), device, early_stop=None)
         model = study_model.CostModel(workers=a.workers or 16)

@@ -129,7 +129,7 @@ def synthetic_measurements(problems: list[Problem], device, n_specs: int = 200, 
                            clock=None) -> list[Measurement]:
     """n_specs uniformly sampled valid specs per problem, measured by a FakeEvaluator on `clock`
     (StubClock by default); early stop is off so every correct spec gets its time."""
-    from cudal2.fake_evaluator import FakeEvaluator
+    from cudal2.testing.fake_evaluator import FakeEvaluator
     ev = FakeEvaluator(clock or StubClock(), device, early_stop=None)
     gen = torch.Generator().manual_seed(seed)
     out = []

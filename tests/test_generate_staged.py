@@ -1,7 +1,7 @@
 """`cudal2 generate`'s staged search (rl/staged.py) on a stub clock: seeds first, the full re-check
 of the fastest screened candidates, what gets filed, the time limit and --resume.
 
-The GPU evaluator is replaced by FakeEvaluator over gpu_worker.HashClock (µs from a hash of spec and
+The GPU evaluator is replaced by FakeEvaluator over cudal2.evaluate.worker.HashClock (µs from a hash of spec and
 shape, a 1x-4x spread between specs; baselines at 1.8x / 1.9x the spread's floor), so the order of
 candidates, the winner and its margin over best-cublas are known exactly."""
 import dataclasses
@@ -10,8 +10,8 @@ import math
 import pytest
 
 from cudal2.device import DeviceInfo
-from cudal2.fake_evaluator import FakeEvaluator
-from cudal2.gpu_worker import HashClock
+from cudal2.testing.fake_evaluator import FakeEvaluator
+from cudal2.evaluate.worker import HashClock
 from cudal2.problems import Problem
 from cudal2.registry import Registry
 from cudal2.rl.search import FixedListPolicy
@@ -282,7 +282,7 @@ def test_generate_uses_auto_seeds(fake_gpu, tmp_path):
 
 
 def test_screen_max_calls_reaches_the_timer_of_the_screen_only(fake_gpu, tmp_path):
-    from cudal2.gpu_worker import time_batch
+    from cudal2.evaluate.worker import time_batch
 
     class Recording:
         def __init__(self):

@@ -56,7 +56,7 @@ def test_study_reports_every_method_and_budget(ev, hopper):
 
 
 # ---- sharing, re-check, deadline, the whole study as the device runs it (stub clock) ------------------
-from cudal2.fake_evaluator import FakeEvaluator                             # noqa: E402
+from cudal2.testing.fake_evaluator import FakeEvaluator                             # noqa: E402
 from cudal2.rl.efficiency import recheck                                    # noqa: E402
 from cudal2.rl.shared_eval import StudyDeadline, shared_evaluator          # noqa: E402
 from cudal2.rl.study_model import StubClock, StudyStubClock                 # noqa: E402
@@ -200,7 +200,7 @@ def test_the_study_on_the_real_evaluator_with_its_stand_in_worker(tmp_path, hopp
     CPU stand-in's clock in place of the GPU: profiles, prefetch, the shared cache and the store."""
     import functools
     from cudal2.evaluate import Evaluator
-    from cudal2.gpu_worker import HashClock, clock_compile, standin
+    from cudal2.evaluate.worker import HashClock, clock_compile, standin
     clock = HashClock()
     ev = Evaluator(worker_target=standin, worker_config={"clock": clock}, workers=1, prefetch_workers=1,
                    compile_fn=functools.partial(clock_compile, clock=clock), timeout_s=10.0, early_stop=None)

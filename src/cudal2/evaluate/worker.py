@@ -1,4 +1,4 @@
-"""The body of the GPU worker process (the evaluator's side is in evaluate.py).
+"""The body of the GPU worker process (the evaluator's side is in evaluator.py).
 
 The worker owns the CUDA context. A kernel that corrupts it (an illegal address is sticky: every
 later CUDA call fails) must take only this process down, so the evaluator keeps the worker apart
@@ -25,17 +25,17 @@ import os
 import time
 from typing import Any, Callable
 
-from .backends.base import Artifact, CompileError
-from .device import DeviceInfo
-from .measurement import KernelCrash, KernelHang, WrongResult
-from .problems import Problem
+from ..backends.base import Artifact, CompileError
+from ..device import DeviceInfo
+from ..measurement import KernelCrash, KernelHang, WrongResult
+from ..problems import Problem
 
 FATAL_EXIT = 70   # exit status of a worker that found its CUDA context dead
 
 
 def versions() -> dict[str, str]:
     """Package versions and the source commit, read where the kernels run."""
-    from .versions import packages, source_commit
+    from ..versions import packages, source_commit
     return {**packages(), "commit": source_commit()}
 
 
@@ -117,7 +117,7 @@ def serve(conn, handler_factory: Callable[[dict], Any], cfg: dict) -> None:
 class GpuHandler:
     def __init__(self, cfg: dict):
         import torch
-        from .device import current
+        from ..device import current
         self.torch = torch
         if cfg.get("device_index") is not None:
             torch.cuda.set_device(int(cfg["device_index"]))
@@ -127,7 +127,7 @@ class GpuHandler:
         self.base: dict[str, Callable[[], None]] = {}
 
     def versions(self) -> dict:
-        from .versions import gpu
+        from ..versions import gpu
         return {**versions(), **gpu()}
 
     def healthy(self) -> bool:
@@ -152,7 +152,7 @@ class GpuHandler:
         self.base = {}
         left_out: dict[str, str] = {}
         if cfg.get("baselines"):
-            from . import baselines
+            from .. import baselines
             # A baseline that cannot serve this layout (cublas-nn for nt ...) or fails its own check
             # is left out with its reason; the others still set the bar.
             self.base = baselines.prepare(tuple(cfg["baselines"]), problem, self.a, self.b, self.c,
@@ -163,12 +163,12 @@ class GpuHandler:
     def _load(self, art: Artifact):
         k = self.kernels.get(art.binary_hash)
         if k is None:
-            from .backends import get_backend
+            from ..backends import get_backend
             k = self.kernels[art.binary_hash] = get_backend(art.backend).load(art)
         return k
 
     def check(self, art: Artifact, cfg: dict) -> dict:
-        from .check import check_kernel
+        from ..check import check_kernel
         try:
             kernel = self._load(art)
         except Exception as e:
@@ -190,11 +190,11 @@ class _GpuTimer:
         self.fns = fns
 
     def offline(self, names, **kw) -> dict:
-        from .timing import offline
+        from ..timing import offline
         return {n: s.to_dict() for n, s in offline({n: self.fns[n] for n in names}, **kw).items()}
 
     def mode(self, mode: str, names) -> dict:
-        from . import timing
+        from .. import timing
         if mode == "server":
             return {n: s.to_dict() for n, s in timing.server({n: self.fns[n] for n in names}).items()}
         if mode == "eager":
@@ -220,7 +220,7 @@ class HashClock:
     """
 
     def __init__(self, faults: dict[str, str] | None = None, delay_s: float = 0.0, scale_us: float = 100.0):
-        from .spec import KernelSpec, SpecError
+        from ..spec import KernelSpec, SpecError
 
         def canon(t):   # faults may name a spec in any field order
             try:
