@@ -1,7 +1,7 @@
 """The evaluator's fault handling, with real worker processes and planted faults (no GPU needed).
 
-The CPU stand-in worker (cudal2.evaluate.worker.ClockHandler) gets its times from a deterministic stub clock, and
-its planted faults are real: "crash" ends the worker process the way an illegal address ends a CUDA
+The CPU stand-in worker (cudal2.testing.standin.ClockHandler) gets its times from a deterministic
+stub clock, and its planted faults are real: "crash" ends the worker process the way an illegal address ends a CUDA
 process, "hang" blocks it until the evaluator's timeout kills it. So each test below runs the same
 restart / attribution code a GPU run does.
 """
@@ -15,7 +15,7 @@ from cudal2.device import DeviceInfo
 from cudal2.evaluate import (DEFAULT_BASELINES, Evaluator, EvaluatorError, KernelCrash, Measurement, WrongResult,
                              make_evaluator)
 from cudal2.testing.fake_evaluator import FakeEvaluator
-from cudal2.evaluate.worker import HashClock, clock_compile, standin
+from cudal2.testing.standin import HashClock, clock_compile, standin
 from cudal2.problems import Problem
 from cudal2.spec import KernelSpec, SpecError, default_spec, validate
 

@@ -1,7 +1,7 @@
 """`cudal2 generate`'s staged search (rl/staged.py) on a stub clock: seeds first, the full re-check
 of the fastest screened candidates, what gets filed, the time limit and --resume.
 
-The GPU evaluator is replaced by FakeEvaluator over cudal2.evaluate.worker.HashClock (µs from a hash of spec and
+The GPU evaluator is replaced by FakeEvaluator over cudal2.testing.standin.HashClock (µs from a hash of spec and
 shape, a 1x-4x spread between specs; baselines at 1.8x / 1.9x the spread's floor), so the order of
 candidates, the winner and its margin over best-cublas are known exactly."""
 import dataclasses
@@ -11,7 +11,7 @@ import pytest
 
 from cudal2.device import DeviceInfo
 from cudal2.testing.fake_evaluator import FakeEvaluator
-from cudal2.evaluate.worker import HashClock
+from cudal2.testing.standin import HashClock
 from cudal2.problems import Problem
 from cudal2.registry import Registry
 from cudal2.rl.search import FixedListPolicy

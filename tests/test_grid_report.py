@@ -70,7 +70,7 @@ def test_report_from_a_stub_generate_run(tmp_path, monkeypatch):
     from cudal2.cli import app
     from cudal2.device import DeviceInfo
     from cudal2.testing.fake_evaluator import FakeEvaluator
-    from cudal2.evaluate.worker import HashClock
+    from cudal2.testing.standin import HashClock
     from cudal2.registry import Registry
     hopper = DeviceInfo.target("sm_90a")
     monkeypatch.setattr("cudal2.evaluate.make_evaluator",

@@ -2,8 +2,8 @@
 
 The same interface as cudal2.evaluate.Evaluator (profiles, dedup, early stop, evaluate_many), with no
 GPU and no processes: times and failures come from a clock. It shares the Evaluator's profile and
-result bookkeeping (the methods and helpers imported below) and the worker's timing code (cudal2.evaluate.worker), so what it
-reports follows the same rules as a measurement.
+result bookkeeping (the methods and helpers imported below) and the worker's timing code
+(cudal2.evaluate.worker.time_batch), so what it reports follows the same rules as a measurement.
 """
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ class FakeEvaluator:
                  profile: str = "default") -> list[Measurement]:
         """As Evaluator.evaluate. A clock with a `fails(spec, problem, checks) -> "check: why" | None`
         method fails candidates in some checks only (e.g. edges: passes a screen, not the full check)."""
-        from ..evaluate.worker import _TableTimer, clock_compile, stub_report, time_batch
+        from ..evaluate.worker import time_batch
+        from .standin import TableTimer, clock_compile, stub_report
         problem = problem if isinstance(problem, Problem) else Problem.parse(problem)
         check_cfg, time_cfg = self._profile(profile)
         checks = check_cfg["checks"]
@@ -96,7 +97,7 @@ class FakeEvaluator:
         base = {n: t for n, t in (get(problem) if get else {}).items() if n in self.baselines}
         bkey = self._bkey(profile, problem.text)
         best = self._best.get(bkey)
-        res = time_batch(_TableTimer({**base, **{h: t for h, (t, _) in timed.items()}}),
+        res = time_batch(TableTimer({**base, **{h: t for h, (t, _) in timed.items()}}),
                          list(timed), sorted(base), time_cfg, best)
         bc = apply_times(res, {h: m for h, (_, m) in timed.items()})
         known = [m.time_us for _, m in timed.values() if m.time_us] + [x for x in (bc, best) if x]
