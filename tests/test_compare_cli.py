@@ -276,7 +276,7 @@ def test_cublas_argument_mapping_emulated(layout, monkeypatch, tmp_path):
     cub, calls = _fake_cublas()
     nvm = types.SimpleNamespace(CudaDataType=types.SimpleNamespace(CUDA_R_16F=2, CUDA_R_32F=0), __version__="fake")
     monkeypatch.setattr(baselines, "_NVMATH", (nvm, cub, _fake_lt()))
-    monkeypatch.setattr(baselines, "_resources", lambda: {"cublas": 1, "lt": 2, "ws": torch.empty(16, dtype=torch.uint8)})
+    monkeypatch.setattr(baselines, "resources", lambda: {"cublas": 1, "lt": 2, "ws": torch.empty(16, dtype=torch.uint8)})
     monkeypatch.setattr(baselines, "_stream", lambda: 0)
     monkeypatch.setattr(baselines, "_on_gpu", lambda *t: True)
     monkeypatch.setattr(baselines, "_device_key", lambda: "fake-sm90")

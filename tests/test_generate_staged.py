@@ -138,7 +138,7 @@ def test_a_cublas_entry_records_autotunes_algorithm_from_the_run(fake_gpu, tmp_p
     words = list(range(10, 18))
     (cache / f"lt-autotune-{HOPPER.key}.json").write_text(json.dumps(
         {f"{p.text}|cublasLt130100": {"algo": words, "median_us": 1.0, "rank": 2, "candidates": 9, "calls": 5}}))
-    monkeypatch.setattr("cudal2.timing._cache_dir", lambda: cache)
+    monkeypatch.setattr("cudal2.timing.default_cache_dir", lambda: cache)
     db, reg = tmp_path / "run.db", tmp_path / "reg"
     r = _invoke("--shapes", f"{p.shape},{q.shape}", "--budget", 8, "--seed-list", "fixed:8", "--recheck", 1,
                 "--store", db, "--registry", reg)
