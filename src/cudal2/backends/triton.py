@@ -387,11 +387,12 @@ class TritonKernel:
             return first
         records: dict = {}      # device index -> record(s)
         if self._persistent:
-            launch = _direct.bound_persistent(self._mod.install_allocator, first, records)
+            launch = _direct.bound(first, records, install=self._mod.install_allocator)
         elif self._cex["SPLIT_K"] > 1:
-            launch = _direct.bound_splitk(self._mod.workspace, first, records, M * N * self._cex["SPLIT_K"])
+            launch = _direct.bound(first, records, workspace=self._mod.workspace,
+                                   ws_numel=M * N * self._cex["SPLIT_K"])
         else:
-            launch = _direct.bound_tiled(first, records)
+            launch = _direct.bound(first, records)
         launch.records = records
         return launch
 

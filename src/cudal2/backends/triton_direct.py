@@ -153,48 +153,19 @@ def record(fn, ptrs: list, ints: dict, cex: dict, opts: dict, grid: tuple):
     return (run, k.function, k.packed_metadata, g[0], g[1], g[2], tail, k)
 
 
-# The three direct launchers TritonKernel binds per size: per call only the data pointers, the device
-# (with several GPUs), the stream and the hook check; everything else is in the record. `first` is
-# the size's JIT launch (which also makes the record), `records` maps device index -> record(s).
-# They live here so that their per-call global lookups (_MULTI, device_index, raw_stream) find
-# what this module's functions have set.
-def bound_tiled(first, records):
-    def launch(a, b, c):
-        pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-        dev = device_index() if _MULTI else 0
-        r = records.get(dev)
-        if r is None or (pa | pb | pc) & 15 or not hooks_idle():
-            return first(a, b, c, dev)
-        run, fn, meta, g0, g1, g2, tail, _ = r
-        run(g0, g1, g2, raw_stream(dev), fn, meta, None, None, None, pa, pb, pc, pc, *tail)
-    _multi()
-    return launch
-
-
-def bound_splitk(workspace, first, records, ws_numel: int):
-    """`workspace` is the family's workspace(numel, device, stream_key) (kernels_triton/tiled.py)."""
-    def launch(a, b, c):
-        pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-        dev = device_index() if _MULTI else 0
-        r = records.get(dev)
-        if r is None or (pa | pb | pc) & 15 or not hooks_idle():
-            return first(a, b, c, dev)
-        s = raw_stream(dev)
-        # Looked up every call, keyed as the JIT path keys it: another kernel may have grown
-        # (replaced) the shared per-(device, stream) buffer since the last call.
-        pw = workspace(ws_numel, c.device, s).data_ptr()
-        (run, fn, meta, g0, g1, g2, tail, _), (rrun, rfn, rmeta, r0, r1, r2, rtail, _) = r
-        run(g0, g1, g2, s, fn, meta, None, None, None, pa, pb, pc, pw, *tail)
-        rrun(r0, r1, r2, s, rfn, rmeta, None, None, None, pw, pc, *rtail)
-    _multi()
-    return launch
-
-
-def bound_persistent(install, first, records):
-    """`install` is the family's install_allocator (kernels_triton/persistent.py)."""
-    # Device-side TMA descriptors need Triton's global scratch: the launcher asks the allocator
-    # installed in this thread (persistent.scratch_allocator, cached per device and stream) on
-    # every launch, the direct one as the JIT's, so it is installed here per call too.
+# The direct launcher TritonKernel binds per size, one for every family: per call only the data
+# pointers, the device (with several GPUs), the stream and the hook check; everything else is in the
+# record. `first` is the size's JIT launch (which also makes the record), `records` maps device
+# index -> record(s). It lives here so that its per-call global lookups (_MULTI, device_index,
+# raw_stream) find what this module's functions have set.
+def bound(first, records, *, install=None, workspace=None, ws_numel: int = 0):
+    """f(a, b, c), the direct launch of one size. The family decides what the launch passes:
+      tiled          (neither)    one launch: a, b, c and c again (the unused workspace argument)
+      tiled split-K  `workspace`  two launches: a, b, c, workspace, then the reduce of (workspace, c);
+                                  `workspace(numel, device, stream_key)` is the family's
+                                  (kernels_triton/tiled.py), `ws_numel` its size
+      persistent     `install`    one launch: a, b, c, after `install()`, the family's
+                                  install_allocator (kernels_triton/persistent.py)"""
     def launch(a, b, c):
         pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
         dev = device_index() if _MULTI else 0
@@ -202,8 +173,23 @@ def bound_persistent(install, first, records):
         # Misaligned pointers go to the JIT path, whose launch refuses them with a clear error.
         if r is None or (pa | pb | pc) & 15 or not hooks_idle():
             return first(a, b, c, dev)
-        install()
+        s = raw_stream(dev)
+        if workspace is not None:
+            # Looked up every call, keyed as the JIT path keys it: another kernel may have grown
+            # (replaced) the shared per-(device, stream) buffer since the last call.
+            pw = workspace(ws_numel, c.device, s).data_ptr()
+            (run, fn, meta, g0, g1, g2, tail, _), (rrun, rfn, rmeta, r0, r1, r2, rtail, _) = r
+            run(g0, g1, g2, s, fn, meta, None, None, None, pa, pb, pc, pw, *tail)
+            rrun(r0, r1, r2, s, rfn, rmeta, None, None, None, pw, pc, *rtail)
+            return
         run, fn, meta, g0, g1, g2, tail, _ = r
-        run(g0, g1, g2, raw_stream(dev), fn, meta, None, None, None, pa, pb, pc, *tail)
+        if install is None:
+            run(g0, g1, g2, s, fn, meta, None, None, None, pa, pb, pc, pc, *tail)
+            return
+        # Device-side TMA descriptors need Triton's global scratch: the launcher asks the allocator
+        # installed in this thread (persistent.scratch_allocator, cached per device and stream) on
+        # every launch, the direct one as the JIT's, so it is installed here per call too.
+        install()
+        run(g0, g1, g2, s, fn, meta, None, None, None, pa, pb, pc, *tail)
     _multi()
     return launch
