@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from cudal2.baselines import NAMES
-    from cudal2.cli_compare import Config, measure_shape, summaries, summary_lines
+    from cudal2.cli.compare import Config, measure_shape, summaries, summary_lines
     from cudal2.device import current, gpu_available
     from cudal2.problems import grid
     from cudal2.report import MODES, versions, write_csv, write_json, write_plots
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     todo = [p for p in chunk if (p.shape, p.layout) not in have]
     kernel_for = None
     if args.registry and not args.finish:
-        from cudal2.cli_compare import kernel_source
+        from cudal2.cli.compare import kernel_source
         from cudal2.registry import Registry
         entries = {e.problem: e for e in Registry.load(args.registry).all(current().key)}
         if args.searched_only:
@@ -154,7 +154,7 @@ def warm_compiles(entries, device) -> None:
     disk caches (Triton's, the cubin cache) then serve the in-process build of each shape at once,
     instead of ~1-2 s of compile per shape on the GPU's clock."""
     from cudal2.problems import Problem
-    from cudal2.procs import CompilePool, available_cpus, backend_compile
+    from cudal2.evaluate.procs import CompilePool, available_cpus, backend_compile
     from cudal2.spec import KernelSpec
     todo = [(KernelSpec.parse(e.spec), Problem.parse(e.problem)) for e in entries if e.backend != "cublas"]
     if not todo:

@@ -78,7 +78,7 @@ def _stub_triton():
             mod = importlib.import_module(modname)
         except ImportError:
             continue
-        for name in ("_device_index", "_raw_stream"):
+        for name in ("device_index", "raw_stream"):
             if hasattr(mod, name):
                 setattr(mod, name, (lambda *a: 0))
 

@@ -1,5 +1,5 @@
 """Search efficiency (issue 5): best speedup over best-cuBLAS within 8/16/32/64 proposals on held-out
-shapes, for the trained policy vs uniform random sampling vs a fixed autotune list (rl/efficiency.py
+shapes, for the trained policy vs uniform random sampling vs a fixed autotune list (bench/efficiency.py
 says how: screened evaluations shared between methods, winners re-checked and re-timed in full).
 
   # one H200 device call (after `source bench/device_env.sh`); the defaults fit ~420 s:
@@ -16,7 +16,7 @@ mode: it has -wal/-shm companions while open, so keep it out of --out). Resume: 
 with the same --store (on a fresh machine: copy a returned study.db somewhere writable and pass it as
 --store); measurements of the same profiles come from it and the study continues where it stopped.
 
-Sizing (CostModel in rl/study_model.py, fitted to the partial H200 run; `--synthetic` prints its
+Sizing (CostModel in bench/study_model.py, fitted to the partial H200 run; `--synthetic` prints its
 figure for any setting): all 11 shapes of bench/efficiency_shapes.txt, 3 held out and 8 to train on
 (one GRPO group of 8 proposals each), 3 methods x 64 proposals per held-out shape, a 5 ms screen with
 the five checks at the shape itself, the full re-check of winners. The model puts that at ~316 s of
@@ -37,6 +37,9 @@ import time
 from pathlib import Path
 
 T0 = time.monotonic()
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))    # the study's modules beside this script: efficiency.py, study_model.py
 DEFAULT_STORE = "/tmp/cudal2-efficiency/study.db"
 
 
@@ -119,8 +122,9 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     a = parse_args(argv)
     from cudal2.problems import ProblemError, parse_shapes
-    from cudal2.rl import efficiency as eff
-    from cudal2.rl import shared_eval, study_model
+    import efficiency as eff
+    import study_model
+    from cudal2.rl import shared_eval
     try:
         problems = parse_shapes(a.shapes, a.layout)
         budgets = tuple(int(x) for x in a.budgets.split(","))
@@ -137,9 +141,10 @@ def main(argv=None) -> int:
     model, store, run, inner = None, None, None, None
     if a.synthetic:
         from cudal2.device import DeviceInfo
-        from cudal2.fake_evaluator import FakeEvaluator
+        from cudal2.testing.fake_evaluator import FakeEvaluator
+        from cudal2.testing.stub_clocks import StudyStubClock
         device = DeviceInfo.target("sm_90a")
-        inner = FakeEvaluator(study_model.StudyStubClock(), device, early_stop=None)
+        inner = FakeEvaluator(StudyStubClock(), device, early_stop=None)
         model = study_model.CostModel(workers=a.workers or 16)
         label, kind = "synthetic stub clock + cost model (a model, not a measurement)", "model"
         deadline = None      # the stub's seconds are not device seconds

@@ -41,8 +41,8 @@ BASELINES = ("torch", "cublas-nn", "cublaslt-heuristic", "cublaslt-autotune")
 
 
 def _launcher(mod, spec: KernelSpec, layout: str):
-    from cudal2.backends.triton import _knobs      # the spec -> constexpr / launch-option mapping
-    cex, opts = _knobs(spec, mod)
+    from cudal2.backends.triton import spec_knobs      # the spec -> constexpr / launch-option mapping
+    cex, opts = spec_knobs(spec, mod)
     return lambda a, b, c: mod.launch(a, b, c, layout, cex, opts)
 
 

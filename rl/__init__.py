@@ -8,5 +8,9 @@
   reward     the reward of one Measurement (ARCHITECTURE.md)
   replay     an evaluator driven by stored measurements (CPU training and tests)
   search     the search loop and the random / fixed-list baselines
-  efficiency the search-efficiency study of issue 5
+  shared_eval one evaluator shared by several methods, with per-method accounting
+  staged     `cudal2 generate`'s per-shape search: seeds, groups, the screen and the full re-check
+(The search-efficiency study of issue 5 is bench/efficiency.py.)
+May import: spec, problems, device, measurement (an evaluator and a store are handed in); never
+registry, ops or cli, which sit above it.
 """

@@ -27,7 +27,7 @@ import torch
 from cudal2.device import DeviceInfo
 from cudal2.measurement import Measurement
 from cudal2.problems import Problem
-from cudal2.spec import _PREFERRED, FAMILIES, CHOICES, KernelSpec, is_valid, with_fields
+from cudal2.spec import CHOICES, FAMILIES, PREFERRED, KernelSpec, is_valid, with_fields
 
 from .grpo import GRPO, GRPOConfig
 from .policy import Sample
@@ -72,11 +72,11 @@ class FixedListPolicy:
     def candidates(problem: Problem, device: DeviceInfo, backends: tuple | None = None) -> list[KernelSpec]:
         fams = [f for b, fs in FAMILIES.items() if not backends or b in backends for f in fs]
         base = []
-        for i in range(max(len(v) for v in _PREFERRED.values())):
+        for i in range(max(len(v) for v in PREFERRED.values())):
             for f in fams:
-                if i < len(_PREFERRED[f]):
+                if i < len(PREFERRED[f]):
                     b = next(b for b, fs in FAMILIES.items() if f in fs)
-                    base.append(KernelSpec.parse(f"backend={b} family={f} {_PREFERRED[f][i]}"))
+                    base.append(KernelSpec.parse(f"backend={b} family={f} {PREFERRED[f][i]}"))
         variants = list(base)
         for knob, vals in (("stages", (3, 5, 4, 2, 6)), ("split_k", (2, 4, 8)), ("group_m", (4, 16, 1))):
             variants += [with_fields(s, **{knob: v}) for s in base for v in vals if v in CHOICES[knob]]

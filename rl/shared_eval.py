@@ -1,4 +1,4 @@
-"""The shared evaluation layer of the search-efficiency study (rl/efficiency.py): one evaluator, one
+"""The shared evaluation layer of the search-efficiency study (bench/efficiency.py): one evaluator, one
 cache, every method.
 
 `SharedEvaluator` wraps one inner evaluator (GPU, the FakeEvaluator stand-in, or a replay) with named
@@ -17,13 +17,9 @@ import hashlib
 import json
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING
 
 from cudal2.measurement import Measurement
 from cudal2.problems import Problem
-
-if TYPE_CHECKING:
-    from .study_model import CostModel
 
 SCREEN_CHECKS = ("random", "exact", "poison", "guard", "fresh")
 ALL_CHECKS = ("random", "exact", "poison", "guard", "fresh", "edges")
@@ -53,10 +49,11 @@ class SharedEvaluator:
     seed) - comes from the cache and is not evaluated again; the method asking still spends one
     proposal of its budget on it. Accounting per (tag, problem): proposals, unique (inner
     evaluations: the GPU cost), reused (measured earlier in this run), resumed (from the store),
-    evaluator wall seconds and their phases. `view(tag, profile)` is what a method is handed."""
+    evaluator wall seconds and their phases. `view(tag, profile)` is what a method is handed.
+    `cost_model` (bench/study_model.py's CostModel, for dry runs) charges modelled device seconds per call."""
 
     def __init__(self, inner, *, store=None, run_id=None, device_key: str | None = None,
-                 deadline: float | None = None, cost_model: "CostModel | None" = None):
+                 deadline: float | None = None, cost_model=None):
         self.inner, self.store, self.run_id = inner, store, run_id
         self.device_key = device_key or getattr(inner, "device_key", None) or inner.device.key
         self.deadline = deadline                   # time.monotonic() value

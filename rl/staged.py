@@ -10,7 +10,7 @@
              PROTOCOL checks, `--full-ms` of timing beside the baselines, one interleaved run); a
              candidate failing it is replaced by the next screened one, up to `rounds` times;
   4. file    the fastest fully checked candidate; it dispatches only if it beat best-cublas in that
-             full run, else the entry says cuBLAS (registry_record.record_winner).
+             full run, else the entry says cuBLAS (cudal2.registry.record_winner).
 
 Why staged: on the H200 (2026-12-02, NOTES.md) a full evaluation cost ~1.8 s, a screened one
 0.17 s; the full pass then only runs on the few candidates that can be filed.
@@ -120,7 +120,7 @@ def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fix
 def profiles(screen_ms: float, full_ms: float, screen_max_calls: int | None = None) -> tuple[dict, dict]:
     """The two profiles' settings (SharedEvaluator.add_profile keywords). Early stop is off in both:
     a kernel's status would otherwise depend on what was measured before it. `screen_max_calls`
-    caps the screen's calls per function (tiny kernels: see gpu_worker.time_batch); the full pass
+    caps the screen's calls per function (tiny kernels: see cudal2.evaluate.worker.time_batch); the full pass
     has no cap, as the PROTOCOL asks.
 
     generate's default screen, 10 ms per function (>= 30 calls): in the H200 studies (runs 7-8,

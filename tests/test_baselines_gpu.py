@@ -58,7 +58,7 @@ def test_autotune_choice_is_cached(tmp_path, monkeypatch):
     cache = json.loads((tmp_path / f"lt-autotune-{current().key}.json").read_text())
     (key, entry), = cache.items()
     assert key.startswith(p.text) and 1 <= entry["candidates"] <= baselines.MAX_CANDIDATES
-    monkeypatch.setattr(baselines._LtPlan, "candidates", lambda *a, **k: pytest.fail("retuned despite the cache"))
+    monkeypatch.setattr(baselines.LtPlan, "candidates", lambda *a, **k: pytest.fail("retuned despite the cache"))
     fns = baselines.prepare(["cublaslt-autotune"], p, a, b, c, cache_dir=tmp_path)
     c.zero_()
     fns["cublaslt-autotune"]()

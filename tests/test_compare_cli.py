@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cudal2 import baselines, report
 from cudal2.cli import app
-from cudal2.cli_compare import STATS, _ratios, summaries, summary_lines
+from cudal2.cli.compare import STATS, _ratios, summaries, summary_lines
 from cudal2.problems import Problem
 from cudal2.stats import Stats
 
@@ -148,7 +148,7 @@ def test_no_gpu_is_one_line_and_nonzero():
 def test_measure_shape_pipeline_on_cpu(monkeypatch, tmp_path):
     """measure_shape -> rows -> summaries -> files, end to end, with torch on CPU tensors."""
     from cudal2 import timing
-    from cudal2.cli_compare import Config, measure_shape, save
+    from cudal2.cli.compare import Config, measure_shape, save
     monkeypatch.setattr(timing, "default_clock", lambda: HostClock())
     peak = timing.Peak(device="cpu", flops=1e12, bw=1e11, launch_us=1.0)
     cfg = Config(min_calls=5, min_ms=1.0, server_calls=5, gap_ms=0.1, eager_ms=1.0)
@@ -276,7 +276,7 @@ def test_cublas_argument_mapping_emulated(layout, monkeypatch, tmp_path):
     cub, calls = _fake_cublas()
     nvm = types.SimpleNamespace(CudaDataType=types.SimpleNamespace(CUDA_R_16F=2, CUDA_R_32F=0), __version__="fake")
     monkeypatch.setattr(baselines, "_NVMATH", (nvm, cub, _fake_lt()))
-    monkeypatch.setattr(baselines, "_resources", lambda: {"cublas": 1, "lt": 2, "ws": torch.empty(16, dtype=torch.uint8)})
+    monkeypatch.setattr(baselines, "resources", lambda: {"cublas": 1, "lt": 2, "ws": torch.empty(16, dtype=torch.uint8)})
     monkeypatch.setattr(baselines, "_stream", lambda: 0)
     monkeypatch.setattr(baselines, "_on_gpu", lambda *t: True)
     monkeypatch.setattr(baselines, "_device_key", lambda: "fake-sm90")

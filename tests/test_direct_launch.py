@@ -67,8 +67,8 @@ def _stub():
     ws = tiled.workspace
     tiled.workspace = lambda numel, device, stream_key=None: ws(numel, device, None)
     from cudal2.backends import triton_direct as td
-    td._device_index = lambda: 0
-    td._raw_stream = lambda i: 5
+    td.device_index = lambda: 0
+    td.raw_stream = lambda i: 5
     return launches
 
 

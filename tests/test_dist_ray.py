@@ -14,8 +14,8 @@ ray = pytest.importorskip("ray")
 
 from cudal2.device import DeviceInfo  # noqa: E402
 from cudal2.evaluate import Evaluator, EvaluatorError, make_evaluator  # noqa: E402
-from cudal2.fake_evaluator import FakeEvaluator  # noqa: E402
-from cudal2.gpu_worker import HashClock, clock_compile, standin  # noqa: E402
+from cudal2.testing.fake_evaluator import FakeEvaluator  # noqa: E402
+from cudal2.testing.standin import HashClock, clock_compile, standin  # noqa: E402
 from cudal2.problems import Problem  # noqa: E402
 from cudal2.spec import KernelSpec  # noqa: E402
 from cudal2.store import Store  # noqa: E402

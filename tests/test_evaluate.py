@@ -1,7 +1,7 @@
 """The evaluator's fault handling, with real worker processes and planted faults (no GPU needed).
 
-The CPU stand-in worker (gpu_worker.ClockHandler) gets its times from a deterministic stub clock, and
-its planted faults are real: "crash" ends the worker process the way an illegal address ends a CUDA
+The CPU stand-in worker (cudal2.testing.standin.ClockHandler) gets its times from a deterministic
+stub clock, and its planted faults are real: "crash" ends the worker process the way an illegal address ends a CUDA
 process, "hang" blocks it until the evaluator's timeout kills it. So each test below runs the same
 restart / attribution code a GPU run does.
 """
@@ -14,8 +14,8 @@ from cudal2.backends.base import Artifact, CompileError
 from cudal2.device import DeviceInfo
 from cudal2.evaluate import (DEFAULT_BASELINES, Evaluator, EvaluatorError, KernelCrash, Measurement, WrongResult,
                              make_evaluator)
-from cudal2.fake_evaluator import FakeEvaluator
-from cudal2.gpu_worker import HashClock, clock_compile, standin
+from cudal2.testing.fake_evaluator import FakeEvaluator
+from cudal2.testing.standin import HashClock, clock_compile, standin
 from cudal2.problems import Problem
 from cudal2.spec import KernelSpec, SpecError, default_spec, validate
 
@@ -193,7 +193,7 @@ def test_dedup_by_binary_not_by_text():
 
 
 def test_defaults_are_the_baselines_and_checks_they_copy():
-    # evaluate.py repeats these names so the parent process need not import torch; keep them in step.
+    # cudal2.evaluate repeats these names so the parent process need not import torch; keep them in step.
     from cudal2 import baselines, check
     from cudal2.evaluate import DEFAULT_CHECKS
     assert DEFAULT_BASELINES == baselines.NAMES and DEFAULT_CHECKS == check.CHECKS
@@ -245,7 +245,7 @@ class _IllegalAddressHandler:
     """The real GPU handler, except that one planted spec loads as a kernel writing far out of bounds."""
 
     def __new__(cls, cfg):
-        from cudal2.gpu_worker import GpuHandler
+        from cudal2.evaluate.worker import GpuHandler
 
         class Handler(GpuHandler):
             def _load(self, art):
@@ -267,12 +267,12 @@ def _oob_kernel(a, b, c):
 
 
 def _illegal_address_worker(conn, cfg):
-    from cudal2.gpu_worker import serve
+    from cudal2.evaluate.worker import serve
     serve(conn, _IllegalAddressHandler, cfg)
 
 
 def _compile_or_plant(s, problem, device):
-    from cudal2.procs import backend_compile
+    from cudal2.evaluate.procs import backend_compile
     return clock_compile(s, problem, device) if s.text == CRASH else backend_compile(s, problem, device)
 
 

@@ -1,7 +1,7 @@
 """`cudal2 generate`'s staged search (rl/staged.py) on a stub clock: seeds first, the full re-check
 of the fastest screened candidates, what gets filed, the time limit and --resume.
 
-The GPU evaluator is replaced by FakeEvaluator over gpu_worker.HashClock (µs from a hash of spec and
+The GPU evaluator is replaced by FakeEvaluator over cudal2.testing.standin.HashClock (µs from a hash of spec and
 shape, a 1x-4x spread between specs; baselines at 1.8x / 1.9x the spread's floor), so the order of
 candidates, the winner and its margin over best-cublas are known exactly."""
 import dataclasses
@@ -10,8 +10,8 @@ import math
 import pytest
 
 from cudal2.device import DeviceInfo
-from cudal2.fake_evaluator import FakeEvaluator
-from cudal2.gpu_worker import HashClock
+from cudal2.testing.fake_evaluator import FakeEvaluator
+from cudal2.testing.standin import HashClock
 from cudal2.problems import Problem
 from cudal2.registry import Registry
 from cudal2.rl.search import FixedListPolicy
@@ -138,7 +138,7 @@ def test_a_cublas_entry_records_autotunes_algorithm_from_the_run(fake_gpu, tmp_p
     words = list(range(10, 18))
     (cache / f"lt-autotune-{HOPPER.key}.json").write_text(json.dumps(
         {f"{p.text}|cublasLt130100": {"algo": words, "median_us": 1.0, "rank": 2, "candidates": 9, "calls": 5}}))
-    monkeypatch.setattr("cudal2.timing._cache_dir", lambda: cache)
+    monkeypatch.setattr("cudal2.timing.default_cache_dir", lambda: cache)
     db, reg = tmp_path / "run.db", tmp_path / "reg"
     r = _invoke("--shapes", f"{p.shape},{q.shape}", "--budget", 8, "--seed-list", "fixed:8", "--recheck", 1,
                 "--store", db, "--registry", reg)
@@ -283,7 +283,7 @@ def test_generate_uses_auto_seeds(fake_gpu, tmp_path):
 
 
 def test_screen_max_calls_reaches_the_timer_of_the_screen_only(fake_gpu, tmp_path):
-    from cudal2.gpu_worker import time_batch
+    from cudal2.evaluate.worker import time_batch
 
     class Recording:
         def __init__(self):

@@ -20,7 +20,7 @@ def _module():
 
 
 def _row(p: Problem, times: dict, kernel: float | None) -> dict:
-    """A compare row (cli_compare.measure_shape's columns used by the report): offline medians and
+    """A compare row (cudal2.cli.compare.measure_shape's columns used by the report): offline medians and
     server means equal, best-cublas the fastest baseline."""
     best = min(times, key=times.get)
     r = {"shape": p.shape, "M": p.M, "N": p.N, "K": p.K, "gflop": p.flops / 1e9}
@@ -69,8 +69,8 @@ def test_report_from_a_stub_generate_run(tmp_path, monkeypatch):
 
     from cudal2.cli import app
     from cudal2.device import DeviceInfo
-    from cudal2.fake_evaluator import FakeEvaluator
-    from cudal2.gpu_worker import HashClock
+    from cudal2.testing.fake_evaluator import FakeEvaluator
+    from cudal2.testing.standin import HashClock
     from cudal2.registry import Registry
     hopper = DeviceInfo.target("sm_90a")
     monkeypatch.setattr("cudal2.evaluate.make_evaluator",

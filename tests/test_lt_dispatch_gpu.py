@@ -30,8 +30,8 @@ def operands(p, seed=0):
 
 def stored_words(p):
     """A real algorithm other than the heuristic's first, as the autotune cache stores it."""
-    from cudal2.baselines import _LtPlan
-    algos = _LtPlan(p).candidates(4)
+    from cudal2.baselines import LtPlan
+    algos = LtPlan(p).candidates(4)
     return [int(w) for w in algos[-1]["data_"][0]]
 
 

@@ -1,14 +1,20 @@
-"""The search-efficiency study's machinery on the stub clock (CPU): budgets, baselines, bookkeeping."""
+"""The search-efficiency study's machinery (bench/efficiency.py) on the stub clock (CPU): budgets,
+baselines, bookkeeping."""
+import sys
+from pathlib import Path
+
 import pytest
 
 from cudal2.problems import Problem
-from cudal2.rl.efficiency import geomean, markdown, split, study
-from cudal2.rl.policy import UniformPolicy
-from cudal2.rl.replay import ReplayEvaluator
-from cudal2.rl.reward import speedup
-from cudal2.rl.search import FixedListPolicy, Search
-from cudal2.rl.study_model import synthetic_measurements
-from cudal2.spec import validate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))   # the study's modules live in bench/
+from efficiency import geomean, markdown, split, study                    # noqa: E402
+from cudal2.rl.policy import UniformPolicy                                  # noqa: E402
+from cudal2.rl.replay import ReplayEvaluator                                # noqa: E402
+from cudal2.rl.reward import speedup                                        # noqa: E402
+from cudal2.rl.search import FixedListPolicy, Search                        # noqa: E402
+from cudal2.spec import validate                                            # noqa: E402
+from cudal2.testing.stub_clocks import synthetic_measurements              # noqa: E402
 
 SHAPES = [Problem(64, 256, 512), Problem(2048, 1024, 1024), Problem(128, 128, 4096), Problem(4096, 4096, 256),
           Problem(256, 64, 1024, "nt"), Problem(1024, 2048, 512, "nt")]
@@ -56,10 +62,10 @@ def test_study_reports_every_method_and_budget(ev, hopper):
 
 
 # ---- sharing, re-check, deadline, the whole study as the device runs it (stub clock) ------------------
-from cudal2.fake_evaluator import FakeEvaluator                             # noqa: E402
-from cudal2.rl.efficiency import recheck                                    # noqa: E402
+from cudal2.testing.fake_evaluator import FakeEvaluator                             # noqa: E402
+from efficiency import recheck                                              # noqa: E402
 from cudal2.rl.shared_eval import StudyDeadline, shared_evaluator          # noqa: E402
-from cudal2.rl.study_model import StubClock, StudyStubClock                 # noqa: E402
+from cudal2.testing.stub_clocks import StubClock, StudyStubClock          # noqa: E402
 from cudal2.store import Store                                               # noqa: E402
 
 
@@ -73,7 +79,7 @@ class CountingClock(StudyStubClock):
 
 
 def _specs(p, hopper, n, seed=0):
-    from cudal2.rl.efficiency import random_list
+    from efficiency import random_list
     return random_list(p, hopper, n, seed)
 
 
@@ -200,7 +206,7 @@ def test_the_study_on_the_real_evaluator_with_its_stand_in_worker(tmp_path, hopp
     CPU stand-in's clock in place of the GPU: profiles, prefetch, the shared cache and the store."""
     import functools
     from cudal2.evaluate import Evaluator
-    from cudal2.gpu_worker import HashClock, clock_compile, standin
+    from cudal2.testing.standin import HashClock, clock_compile, standin
     clock = HashClock()
     ev = Evaluator(worker_target=standin, worker_config={"clock": clock}, workers=1, prefetch_workers=1,
                    compile_fn=functools.partial(clock_compile, clock=clock), timeout_s=10.0, early_stop=None)

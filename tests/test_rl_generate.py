@@ -11,7 +11,7 @@ import pytest
 from cudal2.backends import get_backend
 from cudal2.device import DeviceInfo
 from cudal2.problems import Problem
-from cudal2.rl.study_model import synthetic_measurements
+from cudal2.testing.stub_clocks import synthetic_measurements
 from cudal2.spec import KernelSpec
 from cudal2.store import Store
 

@@ -8,7 +8,7 @@ import torch
 
 from cudal2.measurement import Measurement
 from cudal2.problems import Problem
-from cudal2.rl.study_model import synthetic_measurements
+from cudal2.testing.stub_clocks import synthetic_measurements
 from cudal2.rl.policy import SpecPolicy
 from cudal2.rl.replay import ReplayEvaluator, spec_distance
 from cudal2.rl.reward import reward

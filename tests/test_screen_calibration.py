@@ -32,8 +32,8 @@ def test_calibration_over_a_stub_search(tmp_path, monkeypatch):
 
     from cudal2.cli import app
     from cudal2.device import DeviceInfo
-    from cudal2.fake_evaluator import FakeEvaluator
-    from cudal2.gpu_worker import HashClock
+    from cudal2.testing.fake_evaluator import FakeEvaluator
+    from cudal2.testing.standin import HashClock
     hopper = DeviceInfo.target("sm_90a")
     monkeypatch.setattr("cudal2.evaluate.make_evaluator",
                         lambda cluster=None, **kw: FakeEvaluator(HashClock(), hopper, early_stop=None))

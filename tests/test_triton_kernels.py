@@ -43,19 +43,30 @@ def _worker() -> None:
     import torch
 
     from cudal2.backends import get_backend
-    from cudal2.check import check_kernel
+    from cudal2.check import check_kernel, rel_error
     from cudal2.device import DeviceInfo
+    from cudal2.kernels_triton import persistent, tiled
     from cudal2.problems import Problem
     from cudal2.spec import KernelSpec
 
     be = get_backend("triton")
     dev = DeviceInfo.target("sm_90a")
+    families = {"tiled": tiled, "persistent": persistent}
     for name, text, shape in CASES:
         for layout in LAYOUTS:
             p = Problem.parse(shape, layout)
             spec = KernelSpec.parse(text)
-            rep = check_kernel(be.load(be.compile(spec, p, dev)), p, "cpu", edge_sizes=EDGE_SIZES)
-            print(json.dumps({"case": f"{name}-{layout}", "spec": spec.text, **rep.to_dict()}), flush=True)
+            kernel = be.load(be.compile(spec, p, dev))
+            rep = check_kernel(kernel, p, "cpu", edge_sizes=EDGE_SIZES)
+            # The family's own fp32 reference (what its module says it computes) on other inputs.
+            g = torch.Generator().manual_seed(7)
+            a = torch.randn(p.M, p.K, generator=g).half()
+            b = torch.randn(*p.b_shape(), generator=g).half()
+            c = torch.empty(p.M, p.N, dtype=torch.float16)
+            kernel(a, b, c)
+            family_error = rel_error(c, families[spec.family].reference(a, b, layout))
+            print(json.dumps({"case": f"{name}-{layout}", "spec": spec.text, "family_error": family_error,
+                              **rep.to_dict()}), flush=True)
     # A misaligned base pointer must be refused by the TMA family, not computed on.
     p = Problem(16, 32, 32, "nn")
     k = be.load(be.compile(KernelSpec.parse(CASES[3][1]), p, dev))
@@ -92,6 +103,7 @@ def test_family_passes_checker(reports, name, layout):
         assert by[check]["value"] < TIGHT, f"{check}: {by[check]['value']} (expected ~2e-4)"
     for check in ("exact", "poison"):
         assert by[check]["value"] == 0
+    assert r["family_error"] < TIGHT, f"{r['spec']}: vs the family's reference: {r['family_error']}"
 
 
 def test_edge_shapes_were_run(reports):

@@ -64,7 +64,7 @@ def serves(name: str, layout: str) -> str | None:
 _NVMATH = None
 
 
-def _nvmath():
+def nvmath_libs():
     global _NVMATH
     if _NVMATH is None:
         import importlib.util
@@ -83,7 +83,7 @@ def _nvmath():
 def library_versions() -> dict:
     out: dict = {}
     try:
-        nvmath, _, lt = _nvmath()
+        nvmath, _, lt = nvmath_libs()
         out["nvmath"] = getattr(nvmath, "__version__", "?")
         out["cublasLt"] = int(lt.get_version())
     except Exception:
@@ -95,10 +95,10 @@ def library_versions() -> dict:
 _RES: dict[int, dict] = {}
 
 
-def _resources() -> dict:
+def resources() -> dict:
     dev = torch.cuda.current_device()
     if dev not in _RES:
-        _, cublas, lt = _nvmath()
+        _, cublas, lt = nvmath_libs()
         ws = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
         h = cublas.create()
         lth = lt.create()
@@ -126,8 +126,8 @@ def _f32(x: float):
 
 # ---- cuBLAS GemmEx ---------------------------------------------------------------------------------
 def _cublas_fn(problem: Problem, a, b, c) -> Fn:
-    nvmath, cublas, _ = _nvmath()
-    res = _resources()
+    nvmath, cublas, _ = nvmath_libs()
+    res = resources()
     h = res["cublas"]
     cublas.set_stream(h, _stream())
     cublas.set_workspace(h, res["ws"].data_ptr(), WORKSPACE_BYTES)
@@ -146,16 +146,16 @@ def _cublas_fn(problem: Problem, a, b, c) -> Fn:
 
 
 # ---- cuBLASLt --------------------------------------------------------------------------------------
-class _LtPlan:
+class LtPlan:
     """Descriptors for one problem and the heuristic's candidates; launches one algorithm."""
 
     def __init__(self, problem: Problem, a=None, b=None, c=None):
         """a, b, c: the tensors fn() will bind (their alignment is told to the heuristic); None for
         a plan whose launches take pointers per call (cudal2.lt_dispatch: 256-byte aligned ones)."""
         import numpy as np
-        nvmath, cublas, lt = _nvmath()
+        nvmath, cublas, lt = nvmath_libs()
         self.np, self.lt = np, lt
-        res = _resources()
+        res = resources()
         self.handle, self.ws = res["lt"], res["ws"]
         M, N, K = problem.M, problem.N, problem.K
         f16, f32 = nvmath.CudaDataType.CUDA_R_16F, nvmath.CudaDataType.CUDA_R_32F
@@ -231,8 +231,8 @@ def _lt_destroy(lt, desc, layouts, pref) -> None:
 
 # ---- autotune cache --------------------------------------------------------------------------------
 def _tune_cache_path(cache_dir) -> Path:
-    from .timing import _cache_dir   # one default cache folder for the roofline and this
-    base = Path(cache_dir) if cache_dir else _cache_dir()
+    from .timing import default_cache_dir   # one default cache folder for the roofline and this
+    base = Path(cache_dir) if cache_dir else default_cache_dir()
     return base / f"lt-autotune-{_device_key()}.json"
 
 
@@ -248,7 +248,7 @@ def _load_cache(path: Path) -> dict:
         return {}
 
 
-def _autotune_fn(plan: _LtPlan, problem: Problem, c, ref, *, calls: int, cache_dir, retune: bool) -> Fn:
+def _autotune_fn(plan: LtPlan, problem: Problem, c, ref, *, calls: int, cache_dir, retune: bool) -> Fn:
     from .timing import offline
     path = _tune_cache_path(cache_dir)
     key = _tune_key(problem)
@@ -308,13 +308,13 @@ def _build(name: str, problem: Problem, a, b, c, ref, tune_calls, cache_dir, ret
     elif name in ("cublas-nn", "cublas-tn"):
         fn = _cublas_fn(problem, a, b, c)
     elif name == "cublaslt-heuristic":
-        plan = _LtPlan(problem, a, b, c)
+        plan = LtPlan(problem, a, b, c)
         algos = plan.candidates(1)
         if not algos:
             raise BaselineUnavailable("unavailable: cuBLASLt heuristic returned no algorithm")
         fn = plan.fn(algos[0])
     elif name == "cublaslt-autotune":
-        return _autotune_fn(_LtPlan(problem, a, b, c), problem, c, ref, calls=tune_calls,
+        return _autotune_fn(LtPlan(problem, a, b, c), problem, c, ref, calls=tune_calls,
                             cache_dir=cache_dir, retune=retune)
     else:
         raise ValueError(f"unknown baseline {name!r}; baselines are {', '.join(NAMES)}")

@@ -31,9 +31,9 @@ _ALIGN_MASK = 255
 
 def lt_version() -> int | None:
     """The installed cuBLASLt's version, or None when nvmath-python (or the library) is missing."""
-    from .baselines import _nvmath
+    from .baselines import nvmath_libs
     try:
-        return int(_nvmath()[2].get_version())
+        return int(nvmath_libs()[2].get_version())
     except Exception:       # BaselineUnavailable, or a library that will not load
         return None
 
@@ -89,9 +89,9 @@ def read_tune_cache(path) -> tuple[str, dict]:
 
 def cached_algo(device_key: str, problem_text: str) -> dict | None:
     """The lt_algo autotune chose for a problem on this machine (cudal2.baselines' cache), if any."""
-    from .timing import _cache_dir      # where cudal2.baselines keeps autotune's choices
+    from .timing import default_cache_dir      # where cudal2.baselines keeps autotune's choices
     try:
-        _, algos = read_tune_cache(_cache_dir() / f"lt-autotune-{device_key}.json")
+        _, algos = read_tune_cache(default_cache_dir() / f"lt-autotune-{device_key}.json")
     except ValueError:
         return None     # no cache yet (nvmath missing, autotune never ran here)
     return algos.get(problem_text)
@@ -101,10 +101,10 @@ class LtKernel:
     """C = A @ B for one problem through cublasLtMatmul with a fixed algorithm."""
 
     def __init__(self, problem: Problem, algo_words: list[int] | None):
-        from .baselines import WORKSPACE_BYTES, BaselineUnavailable, _LtPlan, _resources
+        from .baselines import WORKSPACE_BYTES, BaselineUnavailable, LtPlan, resources
         self.problem = problem
         self.via = "cublaslt-heuristic" if algo_words is None else "cublaslt-autotune"
-        self.plan = _LtPlan(problem)           # descriptors; heuristic told 256-byte alignment
+        self.plan = LtPlan(problem)           # descriptors; heuristic told 256-byte alignment
         if algo_words is None:
             algos = self.plan.candidates(1)
             if not algos:
@@ -112,7 +112,7 @@ class LtKernel:
             self.algo = algos[0]
         else:
             self.algo = self.plan.algo_from_data(algo_words)
-        self.handle = _resources()["lt"]
+        self.handle = resources()["lt"]
         self.ws_bytes = WORKSPACE_BYTES
         self._ws: dict = {}
         self._self_check()

@@ -522,7 +522,7 @@ def enumerate_valid(problem: Problem, device: DeviceInfo, backend: str | None = 
 # ---- defaults --------------------------------------------------------------------------------------
 # Preferred specs per family, best guess first; the first valid one for a problem is its default.
 # Large tiles for large problems, small ones when M or N is small. Tuned figures live in NOTES.md.
-_PREFERRED = {
+PREFERRED = {
     "tiled": ["bm=128 bn=256 bk=64 warps=8 stages=3 group_m=8", "bm=128 bn=128 bk=64 warps=8 stages=4 group_m=8",
               "bm=64 bn=128 bk=64 warps=4 stages=4 group_m=8", "bm=64 bn=64 bk=64 warps=4 stages=4 group_m=8",
               "bm=32 bn=64 bk=64 warps=4 stages=4", "bm=16 bn=64 bk=64 warps=2 stages=4",
@@ -563,7 +563,7 @@ def _pow2_ceil(x: int) -> int:
 def default_spec(family: str, problem: Problem, device: DeviceInfo) -> KernelSpec:
     """The family's default for a problem: the first preferred spec that is valid and fits."""
     backend = next(b for b, fams in FAMILIES.items() if family in fams)
-    cands = [KernelSpec.parse(f"backend={backend} family={family} {t}") for t in _PREFERRED[family]]
+    cands = [KernelSpec.parse(f"backend={backend} family={family} {t}") for t in PREFERRED[family]]
     fitting = [c for c in cands if _fit(problem, c.text)] or cands
     for c in fitting + cands:
         if is_valid(c, problem, device):

@@ -248,7 +248,7 @@ class Peak:
         return asdict(self)
 
 
-def _cache_dir() -> Path:
+def default_cache_dir() -> Path:
     return Path(os.path.expanduser("~/.cache/cudal2"))
 
 
@@ -286,7 +286,7 @@ def get_peak(force: bool = False, cache_dir: str | Path | None = None) -> Peak:
     """The card's Peak, measured once and cached as JSON keyed by device key; `force` re-measures."""
     from .device import current
     key = current().key
-    path = Path(cache_dir or _cache_dir()) / f"roofline-{key}.json"
+    path = Path(cache_dir or default_cache_dir()) / f"roofline-{key}.json"
     if not force and path.is_file():
         try:
             d = json.loads(path.read_text())

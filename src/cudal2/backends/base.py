@@ -100,21 +100,3 @@ class Backend(Protocol):
 
     def load(self, artifact: Artifact) -> Kernel: ...
 
-
-def get_backend(name: str) -> Backend:
-    """The backend object by name ('triton' or 'cuda'); imported lazily so one need not load both."""
-    if name == "triton":
-        from .triton import BACKEND
-    elif name == "cuda":
-        from .cuda import BACKEND
-    else:
-        raise ValueError(f"unknown backend {name!r}: choose 'triton' or 'cuda'")
-    return BACKEND
-
-
-def build_kernel(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Kernel:
-    """Validate, compile (cached by the backend) and load: the one-call path for a GPU process."""
-    from ..spec import validate
-    validate(spec, problem, device)
-    be = get_backend(spec.backend)
-    return be.load(be.compile(spec, problem, device))

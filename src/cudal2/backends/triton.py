@@ -39,8 +39,8 @@ from ..problems import Problem
 from ..spec import KernelSpec, SpecError, is_valid, validate
 from . import triton_direct as _direct
 from .base import Artifact, CompileError
+from .triton_direct import INTERPRET    # read from TRITON_INTERPRET once, at import (docstring above)
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 FOOTER = "\n# ---- cudal2: the spec this text was rendered for ----\n"
 
 
@@ -54,7 +54,7 @@ def _family_module(family: str):
     return mod
 
 
-def _knobs(spec: KernelSpec, mod) -> tuple[dict, dict]:
+def spec_knobs(spec: KernelSpec, mod) -> tuple[dict, dict]:
     cex = {name: getattr(spec, field) for field, name in mod.KNOBS.items()}
     opts = {name: getattr(spec, field) for field, name in mod.LAUNCH_OPTIONS.items()}
     # Explicit, because the default moved: 3.6 fuses by default, 3.9 warns that 3.10 will not.
@@ -65,7 +65,7 @@ def _knobs(spec: KernelSpec, mod) -> tuple[dict, dict]:
 
 def _constexprs(spec: KernelSpec, layout: str) -> tuple[dict, dict]:
     mod = _family_module(spec.family)
-    cex, opts = _knobs(spec, mod)
+    cex, opts = spec_knobs(spec, mod)
     if spec.family == "persistent":
         cex = mod.constexprs_for(cex, layout)
     return cex, opts
@@ -363,15 +363,15 @@ class TritonKernel:
             jit(a2, b, c2)
             if records is None or dev in records or (M, N, K) in self._no_direct:
                 return
-            if (a.data_ptr() | b.data_ptr() | c.data_ptr()) & 15 or not _direct._hooks_idle():
+            if (a.data_ptr() | b.data_ptr() | c.data_ptr()) & 15 or not _direct.hooks_idle():
                 return
             ws = None
             if not self._persistent and self._cex["SPLIT_K"] > 1:
-                ws = self._mod.workspace(self._cex["SPLIT_K"] * M * N, c.device, _direct._raw_stream(dev))
+                ws = self._mod.workspace(self._cex["SPLIT_K"] * M * N, c.device, _direct.raw_stream(dev))
             recs = []
             try:
                 for fn, ptrs, ints, cex, opts, grid in self._calls(M, N, K, a2, b, c2, ws):
-                    r = _direct._record(fn, ptrs, ints, cex, opts, grid)
+                    r = _direct.record(fn, ptrs, ints, cex, opts, grid)
                     if isinstance(r, str):
                         self._no_direct[(M, N, K)] = r
                         return
@@ -387,11 +387,12 @@ class TritonKernel:
             return first
         records: dict = {}      # device index -> record(s)
         if self._persistent:
-            launch = _direct.bound_persistent(self._mod.install_allocator, first, records)
+            launch = _direct.bound(first, records, install=self._mod.install_allocator)
         elif self._cex["SPLIT_K"] > 1:
-            launch = _direct.bound_splitk(self._mod.workspace, first, records, M * N * self._cex["SPLIT_K"])
+            launch = _direct.bound(first, records, workspace=self._mod.workspace,
+                                   ws_numel=M * N * self._cex["SPLIT_K"])
         else:
-            launch = _direct.bound_tiled(first, records)
+            launch = _direct.bound(first, records)
         launch.records = records
         return launch
 

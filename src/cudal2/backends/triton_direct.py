@@ -18,10 +18,13 @@ goes through the JIT); `direct_unsupported()` says why a process cannot or does 
 from __future__ import annotations
 
 import inspect
+import os
 
 import torch
 import triton
 from triton import knobs as _triton_knobs
+
+from .base import device_getter, stream_getter
 
 
 # JITFunction.run (triton 3.6 and 3.9 alike) ends a launch with
@@ -52,6 +55,7 @@ from triton import knobs as _triton_knobs
 # that the two give bit-identical results on a card.
 # Where the JIT does not end its launch that way (another Triton), the interpreter, or after
 # set_direct_launch(False), every call goes through the JIT as before.
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")   # read once (backends/triton.py)
 _DIRECT_PROBE: list = []
 _MULTI = False             # more than one visible GPU: records and streams per current device
 _MULTI_READ = False
@@ -75,7 +79,6 @@ def direct_unsupported() -> str | None:
 
 
 def _probe_direct() -> str | None:
-    from .triton import INTERPRET      # here: backends/triton.py imports this module
     if INTERPRET:
         return "the Triton interpreter"
     try:
@@ -100,27 +103,25 @@ def _hook_idle(h) -> bool:
     return h is None or (getattr(h, "calls", None) == [])
 
 
-def _hooks_idle() -> bool:
+def hooks_idle() -> bool:
     rt = _triton_knobs.runtime
     return (_hook_idle(rt.launch_enter_hook) and _hook_idle(rt.launch_exit_hook)
             and getattr(rt, "add_stages_inspection_hook", None) is None)
 
 
-def _device_index() -> int:
+def device_index() -> int:
     """torch's current device index. Replaces itself with torch's getter on first use, so the
     launchers' per-call global lookup finds the C function directly."""
-    global _device_index
-    from .base import device_getter
-    _device_index = device_getter()
-    return _device_index()
+    global device_index
+    device_index = device_getter()
+    return device_index()
 
 
-def _raw_stream(index: int) -> int:
+def raw_stream(index: int) -> int:
     """The raw handle of torch's current stream on device `index` (replaces itself, as above)."""
-    global _raw_stream
-    from .base import stream_getter
-    _raw_stream = stream_getter()
-    return _raw_stream(index)
+    global raw_stream
+    raw_stream = stream_getter()
+    return raw_stream(index)
 
 
 def _multi() -> bool:
@@ -131,7 +132,7 @@ def _multi() -> bool:
     return _MULTI
 
 
-def _record(fn, ptrs: list, ints: dict, cex: dict, opts: dict, grid: tuple):
+def record(fn, ptrs: list, ints: dict, cex: dict, opts: dict, grid: tuple):
     """(run, function, packed_metadata, g0, g1, g2, tail, kernel) for launching `fn` directly with
     the JIT's own compiled kernel for these arguments, or a str: why not. `ptrs` are the pointer
     arguments (tensors) in order, `ints` the other runtime arguments by name, `cex` the constexprs."""
@@ -152,57 +153,43 @@ def _record(fn, ptrs: list, ints: dict, cex: dict, opts: dict, grid: tuple):
     return (run, k.function, k.packed_metadata, g[0], g[1], g[2], tail, k)
 
 
-# The three direct launchers TritonKernel binds per size: per call only the data pointers, the device
-# (with several GPUs), the stream and the hook check; everything else is in the record. `first` is
-# the size's JIT launch (which also makes the record), `records` maps device index -> record(s).
-# They live here so that their per-call global lookups (_MULTI, _device_index, _raw_stream) find
-# what this module's functions have set.
-def bound_tiled(first, records):
+# The direct launcher TritonKernel binds per size, one for every family: per call only the data
+# pointers, the device (with several GPUs), the stream and the hook check; everything else is in the
+# record. `first` is the size's JIT launch (which also makes the record), `records` maps device
+# index -> record(s). It lives here so that its per-call global lookups (_MULTI, device_index,
+# raw_stream) find what this module's functions have set.
+def bound(first, records, *, install=None, workspace=None, ws_numel: int = 0):
+    """f(a, b, c), the direct launch of one size. The family decides what the launch passes:
+      tiled          (neither)    one launch: a, b, c and c again (the unused workspace argument)
+      tiled split-K  `workspace`  two launches: a, b, c, workspace, then the reduce of (workspace, c);
+                                  `workspace(numel, device, stream_key)` is the family's
+                                  (kernels_triton/tiled.py), `ws_numel` its size
+      persistent     `install`    one launch: a, b, c, after `install()`, the family's
+                                  install_allocator (kernels_triton/persistent.py)"""
     def launch(a, b, c):
         pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-        dev = _device_index() if _MULTI else 0
-        r = records.get(dev)
-        if r is None or (pa | pb | pc) & 15 or not _hooks_idle():
-            return first(a, b, c, dev)
-        run, fn, meta, g0, g1, g2, tail, _ = r
-        run(g0, g1, g2, _raw_stream(dev), fn, meta, None, None, None, pa, pb, pc, pc, *tail)
-    _multi()
-    return launch
-
-
-def bound_splitk(workspace, first, records, ws_numel: int):
-    """`workspace` is the family's workspace(numel, device, stream_key) (kernels_triton/tiled.py)."""
-    def launch(a, b, c):
-        pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-        dev = _device_index() if _MULTI else 0
-        r = records.get(dev)
-        if r is None or (pa | pb | pc) & 15 or not _hooks_idle():
-            return first(a, b, c, dev)
-        s = _raw_stream(dev)
-        # Looked up every call, keyed as the JIT path keys it: another kernel may have grown
-        # (replaced) the shared per-(device, stream) buffer since the last call.
-        pw = workspace(ws_numel, c.device, s).data_ptr()
-        (run, fn, meta, g0, g1, g2, tail, _), (rrun, rfn, rmeta, r0, r1, r2, rtail, _) = r
-        run(g0, g1, g2, s, fn, meta, None, None, None, pa, pb, pc, pw, *tail)
-        rrun(r0, r1, r2, s, rfn, rmeta, None, None, None, pw, pc, *rtail)
-    _multi()
-    return launch
-
-
-def bound_persistent(install, first, records):
-    """`install` is the family's install_allocator (kernels_triton/persistent.py)."""
-    # Device-side TMA descriptors need Triton's global scratch: the launcher asks the allocator
-    # installed in this thread (persistent.scratch_allocator, cached per device and stream) on
-    # every launch, the direct one as the JIT's, so it is installed here per call too.
-    def launch(a, b, c):
-        pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-        dev = _device_index() if _MULTI else 0
+        dev = device_index() if _MULTI else 0
         r = records.get(dev)
         # Misaligned pointers go to the JIT path, whose launch refuses them with a clear error.
-        if r is None or (pa | pb | pc) & 15 or not _hooks_idle():
+        if r is None or (pa | pb | pc) & 15 or not hooks_idle():
             return first(a, b, c, dev)
-        install()
+        s = raw_stream(dev)
+        if workspace is not None:
+            # Looked up every call, keyed as the JIT path keys it: another kernel may have grown
+            # (replaced) the shared per-(device, stream) buffer since the last call.
+            pw = workspace(ws_numel, c.device, s).data_ptr()
+            (run, fn, meta, g0, g1, g2, tail, _), (rrun, rfn, rmeta, r0, r1, r2, rtail, _) = r
+            run(g0, g1, g2, s, fn, meta, None, None, None, pa, pb, pc, pw, *tail)
+            rrun(r0, r1, r2, s, rfn, rmeta, None, None, None, pw, pc, *rtail)
+            return
         run, fn, meta, g0, g1, g2, tail, _ = r
-        run(g0, g1, g2, _raw_stream(dev), fn, meta, None, None, None, pa, pb, pc, *tail)
+        if install is None:
+            run(g0, g1, g2, s, fn, meta, None, None, None, pa, pb, pc, pc, *tail)
+            return
+        # Device-side TMA descriptors need Triton's global scratch: the launcher asks the allocator
+        # installed in this thread (persistent.scratch_allocator, cached per device and stream) on
+        # every launch, the direct one as the JIT's, so it is installed here per call too.
+        install()
+        run(g0, g1, g2, s, fn, meta, None, None, None, pa, pb, pc, *tail)
     _multi()
     return launch

@@ -1,6 +1,6 @@
 """Processes of the evaluator: the GPU worker handle and the CPU compile pool (both 'spawn').
 
-Kept apart from evaluate.py so the evaluation logic reads on its own. Nothing here imports torch.
+Kept apart from evaluator.py so the evaluation logic reads on its own. Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, Time
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
-from .backends.base import Artifact, CompileError
-from .device import DeviceInfo
-from .problems import Problem
-from .spec import KernelSpec
+from ..backends.base import Artifact, CompileError
+from ..device import DeviceInfo
+from ..problems import Problem
+from ..spec import KernelSpec
 
 LOG_LINES = 12
 
@@ -52,7 +52,7 @@ def available_cpus() -> int:
 
 
 def backend_compile(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact:
-    from .backends import get_backend
+    from ..backends import get_backend
     return get_backend(spec.backend).compile(spec, problem, device)
 
 

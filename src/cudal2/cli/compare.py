@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import typer
 
-from .report import MODES, primary
+from ..report import MODES, primary
 
 STATS = ("median_us", "mean_us", "p50_us", "p99_us", "min_us", "spread", "n")
 
@@ -36,9 +36,9 @@ class Config:
 
 def kernel_source(spec_text: Optional[str], registry: Optional[str], device) -> Callable | None:
     """Returns problem -> (kernel | None, status), or None when compare runs baselines only."""
-    from .backends import build_kernel
-    from .check import check_kernel
-    from .spec import KernelSpec, SpecError, validate
+    from ..backends import build_kernel
+    from ..check import check_kernel
+    from ..spec import KernelSpec, SpecError, validate
     if spec_text is None and registry is None:
         return None
     if spec_text is not None:
@@ -46,7 +46,7 @@ def kernel_source(spec_text: Optional[str], registry: Optional[str], device) -> 
         lookup = lambda p: spec  # noqa: E731
     else:
         try:
-            from .registry import Registry
+            from ..registry import Registry
         except ImportError as e:
             raise RuntimeError(f"--registry needs cudal2.registry, which failed to import ({e})") from None
         reg = Registry.load(registry)
@@ -66,7 +66,7 @@ def kernel_source(spec_text: Optional[str], registry: Optional[str], device) -> 
                 validate(spec, problem, device)
                 kernel = build_kernel(spec, problem, device)
             else:
-                from . import lt_dispatch
+                from .. import lt_dispatch
                 if spec.lt_algo is None:
                     # measure_shape prepared the baselines first, so autotune's choice for this
                     # shape is in the cache now: record it, and time what dispatch will run.
@@ -93,9 +93,9 @@ def kernel_source(spec_text: Optional[str], registry: Optional[str], device) -> 
 def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, device="cuda") -> dict:
     """One row (report.py's columns) for one problem. `device` is "cuda" but for CPU tests."""
     import torch
-    from . import baselines, timing
-    from .check import reference
-    from .stats import flop_class
+    from .. import baselines, timing
+    from ..check import reference
+    from ..stats import flop_class
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     a = torch.randn(problem.M, problem.K, device=device, dtype=torch.float16, generator=gen)
     b = torch.randn(*problem.b_shape(), device=device, dtype=torch.float16, generator=gen)
@@ -159,7 +159,7 @@ def _ratios(row: dict, mode: str, timed: list[str], names) -> None:
 def summaries(rows, modes, names) -> dict:
     """Per mode: each baseline vs best-cublas, and cudal2 vs best-cublas and vs each baseline,
     each as the summary over all shapes and per work class."""
-    from .stats import summarize_by_class
+    from ..stats import summarize_by_class
     flops = {r["shape"]: r["gflop"] * 1e9 for r in rows}
     out: dict = {}
     for mode in modes:
@@ -176,7 +176,7 @@ def summaries(rows, modes, names) -> dict:
 
 
 def summary_lines(summ: dict) -> list[str]:
-    from .stats import Summary
+    from ..stats import Summary
     lines = []
     for mode, comps in summ.items():
         for label, by in comps.items():
@@ -216,8 +216,8 @@ def _table(rows, mode, names, has_kernel):
 
 
 def parse_baselines(text: str) -> tuple[str, ...]:
-    from .baselines import NAMES
-    from .cli import UserError
+    from ..baselines import NAMES
+    from .errors import UserError
     if text.strip() == "all":
         return NAMES
     names = tuple(n.strip() for n in text.split(",") if n.strip())
@@ -228,7 +228,7 @@ def parse_baselines(text: str) -> tuple[str, ...]:
 
 
 def parse_modes(mode: str) -> tuple[str, ...]:
-    from .cli import UserError
+    from .errors import UserError
     if mode == "both":
         return MODES
     if mode not in MODES:
@@ -259,9 +259,9 @@ def compare_cmd(
     table: bool = typer.Option(True, "--table/--no-table", help="print the per-shape tables"),
 ) -> None:
     """Time cudal2's kernel (or none) beside torch, cuBLAS and cuBLASLt; print and save the figures."""
-    from .cli import UserError, fail
-    from .problems import ProblemError, parse_shapes
-    from .spec import KernelSpec, SpecError
+    from .errors import UserError, fail
+    from ..problems import ProblemError, parse_shapes
+    from ..spec import KernelSpec, SpecError
     try:
         if layout not in ("nn", "nt"):
             raise UserError(f"--layout {layout!r}: choose nn or nt")
@@ -281,7 +281,7 @@ def compare_cmd(
     except (UserError, ProblemError, SpecError) as e:
         fail(str(e))
         return
-    from .device import current, gpu_available
+    from ..device import current, gpu_available
     if not gpu_available():
         fail("no CUDA GPU here: compare times kernels on a GPU (torch.cuda.is_available() is False)", code=3)
     cfg = Config(min_calls=min_calls, min_ms=min_ms, server_calls=server_calls, gap_ms=gap_ms,
@@ -310,8 +310,8 @@ def run(problems, names, modes, cfg: Config, kernel_for=None, *, remeasure=False
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .report import versions
-    from .timing import get_peak
+    from ..report import versions
+    from ..timing import get_peak
     peak = get_peak(force=remeasure)
     rows = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -330,7 +330,7 @@ def run(problems, names, modes, cfg: Config, kernel_for=None, *, remeasure=False
 
 
 def save(rows, summ, meta, csv_path, json_path, plot, modes) -> None:
-    from .report import write_csv, write_json, write_plots
+    from ..report import write_csv, write_json, write_plots
     if csv_path:
         write_csv(csv_path, rows, meta)
     if json_path:

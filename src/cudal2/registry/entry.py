@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .problems import Problem, ProblemError
+from ..problems import Problem, ProblemError
 
 FORMAT = "cudal2-registry"
 VERSION = 1
@@ -101,7 +101,7 @@ class Entry:
                                     f"version}} on a cublas entry")
         if self.backend == "cublas":
             return
-        from .spec import KernelSpec, SpecError
+        from ..spec import KernelSpec, SpecError
         try:
             s = KernelSpec.parse(self.spec or "")
         except SpecError as e:

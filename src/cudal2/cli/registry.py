@@ -20,8 +20,8 @@ _DEV_OPT = typer.Option(None, "--device", help="device key, e.g. h200-sm90 (defa
 
 
 def _load(path):
-    from .cli import fail
-    from .registry import Registry, RegistryError
+    from .errors import fail
+    from ..registry import Registry, RegistryError
     try:
         return Registry.load(path)
     except RegistryError as e:
@@ -63,9 +63,9 @@ def show_cmd(problem: str = typer.Argument(..., help="MxNxK[:layout], e.g. 4096x
              registry: Optional[str] = _REG_OPT, device: Optional[str] = _DEV_OPT,
              as_json: bool = typer.Option(False, "--json", help="print the entry as JSON")) -> None:
     """Show one entry and its source."""
-    from .cli import fail
-    from .problems import Problem
-    from .registry import RegistryError
+    from .errors import fail
+    from ..problems import Problem
+    from ..registry import RegistryError
     reg = _load(registry)
     p = Problem.parse(problem, None if ":" in problem else layout)
     hits = [e for e in reg.all(device) if e.problem == p.text]
@@ -106,8 +106,8 @@ def verify_cmd(registry: Optional[str] = _REG_OPT,
                gpu: Optional[bool] = typer.Option(None, "--gpu/--no-gpu", help="re-run the checker (default: if a GPU is visible)"),
                render: bool = typer.Option(False, "--render", help="also re-render each spec and compare hashes")) -> None:
     """Re-hash every entry's source (and with a GPU re-run the checker); exit 1 naming any bad one."""
-    from .cli import fail
-    from .registry import RegistryError
+    from .errors import fail
+    from ..registry import RegistryError
     reg = _load(registry)
     try:
         res = reg.verify(gpu=gpu, render=render)
@@ -133,8 +133,8 @@ def verify_cmd(registry: Optional[str] = _REG_OPT,
 def export_cmd(dest: str = typer.Argument(..., help="directory to write (index.json + sources)"),
                registry: Optional[str] = _REG_OPT, device: Optional[str] = _DEV_OPT) -> None:
     """Export a standalone registry directory (usable as --registry / $CUDAL2_REGISTRY)."""
-    from .cli import fail
-    from .registry import Registry, RegistryError
+    from .errors import fail
+    from ..registry import Registry, RegistryError
     reg = _load(registry)
     try:
         out = reg.export(dest, device)
@@ -148,9 +148,9 @@ def attach_lt_cmd(cache: str = typer.Argument(..., help="cuBLASLt autotune cache
                                                         "(~/.cache/cudal2 on the GPU machine)"),
                   registry: Optional[str] = _REG_OPT) -> None:
     """Record cuBLASLt autotune's algorithms on the registry's cuBLAS entries (dispatch runs them)."""
-    from .cli import fail
-    from .lt_dispatch import read_tune_cache
-    from .registry import RegistryError
+    from .errors import fail
+    from ..lt_dispatch import read_tune_cache
+    from ..registry import RegistryError
     try:
         device, algos = read_tune_cache(cache)
         reg = _load(registry)
@@ -168,8 +168,8 @@ def problems_cmd(hf_config: str = typer.Option(..., "--hf-config", help="a Huggi
                  layout: str = typer.Option("nt", "--layout", help="nt (nn.Linear weights) or nn"),
                  as_json: bool = typer.Option(False, "--json", help="print a JSON list")) -> None:
     """List the GEMM problems of a model's linear layers, one MxNxK:layout per line (a --shapes file)."""
-    from .cli import fail
-    from .problems import ProblemError, problems_from_hf_config
+    from .errors import fail
+    from ..problems import ProblemError, problems_from_hf_config
     try:
         toks = [int(t) for t in tokens.split(",") if t.strip()]
     except ValueError:
@@ -201,8 +201,8 @@ def apply_margin_cmd(margin: float = typer.Option(..., "--margin", help="a kerne
                      lt_cache: Optional[str] = typer.Option(None, "--lt-cache", help="cuBLASLt autotune cache: "
                                                             "attach its algorithms to the re-filed entries")) -> None:
     """Apply generate's --file-margin to entries filed before it: thin wins become cuBLAS entries."""
-    from .cli import fail
-    from .registry import RegistryError
+    from .errors import fail
+    from ..registry import RegistryError
     reg = _load(registry)
     if reg.shipped:
         fail("the shipped registry is read-only here: export it, apply the margin to the copy, ship that", code=1)
@@ -211,7 +211,7 @@ def apply_margin_cmd(margin: float = typer.Option(..., "--margin", help="a kerne
     try:
         cache_dev, algos = (None, {})
         if lt_cache:        # read before anything changes: a bad cache leaves the registry as it was
-            from .lt_dispatch import read_tune_cache
+            from ..lt_dispatch import read_tune_cache
             cache_dev, algos = read_tune_cache(lt_cache)
         for dev in devices:
             changed = reg.apply_margin(dev, margin)

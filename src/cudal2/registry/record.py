@@ -2,10 +2,9 @@
 when it lost to best-cublas) and record_cublas (no generated kernel passed at all)."""
 from __future__ import annotations
 
-from .problems import Problem
-from .registry_entry import Entry, RegistryError, check_margin
-
-# registry imports this module (to re-export it), so Registry is imported lazily below: no cycle.
+from ..problems import Problem
+from .entry import Entry, RegistryError, check_margin
+from .index import Registry
 
 
 def _get(m, name, default=None):
@@ -33,7 +32,7 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
     device_key = device_key or _get(measurement, "device")
     problem = Problem.parse(_get(measurement, "problem")).text
     spec_text = _get(measurement, "spec")
-    from .spec import KernelSpec
+    from ..spec import KernelSpec
     spec = KernelSpec.parse(spec_text)
     t, best = _get(measurement, "time_us"), _get(measurement, "best_cublas_us")
     baselines = dict(_get(measurement, "baselines_us") or {})
@@ -49,7 +48,6 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
         # Keep what the best kernel reached, for the record; the entry dispatches to cuBLAS.
         entry.times = {**entry.times, "best_kernel_us": t, "best_kernel_spec": spec.text}
         entry.lt_algo = lt_algo
-    from .registry import Registry
     reg = Registry.load(registry_path)
     old = reg.lookup(Problem.parse(problem), device_key)
     if old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0):
@@ -65,7 +63,6 @@ def record_cublas(registry_path, problem: str | Problem, device_key: str, baseli
     if not baselines_us:
         raise RegistryError(f"{device_key}/{p}: record_cublas needs the measured baseline times")
     name = min(baselines_us, key=baselines_us.get)
-    from .registry import Registry
     reg = Registry.load(registry_path)
     if reg.lookup(p, device_key) is not None and not force:
         return None

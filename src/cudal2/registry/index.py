@@ -36,19 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .problems import Problem
-from .registry_entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, check_margin, sha256_text
-# One direction only: registry imports registry_record here; registry_record imports Registry lazily.
-from .registry_record import record_cublas, record_winner
+from ..problems import Problem
+from .entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, check_margin, sha256_text
 
 ENV = "CUDAL2_REGISTRY"
-
-# Every public name, including those re-exported from registry_entry / registry_record, so
-# `from cudal2.registry import X` keeps working for all callers.
-__all__ = ["BACKENDS", "ENV", "FORMAT", "SUFFIX", "VERSION", "Entry", "Registry", "RegistryError",
-           "VerifyResult", "check_render", "default_root", "log_distance", "record_cublas", "record_winner",
-           "sha256_text", "shipped_root", "target_for_key"]
-
 
 def _package_dir(name: str) -> Path:
     """Directory of an installed package (regular or namespace, editable or not)."""
@@ -71,7 +62,7 @@ def default_root() -> Path:
 
 def target_for_key(device_key: str):
     """The compile target behind a device key ("h200-sm90" -> sm_90a limits) for validity checks."""
-    from .device import DeviceInfo
+    from ..device import DeviceInfo
     m = re.search(r"sm(\d)(\d)a?$", device_key)
     if not m:
         raise RegistryError(f"device key {device_key!r} does not end in smXY; cannot tell its limits")
@@ -81,7 +72,7 @@ def target_for_key(device_key: str):
 @functools.lru_cache(maxsize=4096)
 def _parse_spec(text: str):
     """Parsed once per text: nearest() scans every entry on each new shape's first call."""
-    from .spec import KernelSpec
+    from ..spec import KernelSpec
     return KernelSpec.parse(text)
 
 
@@ -130,8 +121,8 @@ def check_render(entry: Entry, spec=None):
     the source the index records (by sha256); a backend changed since tuning fails closed."""
     if entry.backend == "cublas":
         raise RegistryError(f"{entry.key}: a cublas entry has no source to render")
-    from .backends import get_backend
-    from .spec import KernelSpec
+    from ..backends import get_backend
+    from ..spec import KernelSpec
     spec = KernelSpec.parse(entry.spec) if spec is None else spec
     if sha256_text(get_backend(entry.backend).render(spec, entry.prob)) != entry.sha256:
         raise RegistryError(f"{entry.key}: backend {entry.backend} no longer renders this spec to the "
@@ -225,7 +216,7 @@ class Registry:
         whose spec is valid for `problem` (kernels mask their edges, so validity is correctness)
         by log-space distance. cuBLAS entries always qualify: a nearby problem where nothing beat
         cuBLAS is evidence for cuBLAS here too."""
-        from .spec import is_valid
+        from ..spec import is_valid
         ents = self.entries.get(device_key, {})
         exact = ents.get(problem.text)
         out = [exact] if exact else []
@@ -362,11 +353,11 @@ class Registry:
         """Re-hash every entry's source and re-check its spec against its problem. `render`: also
         re-render the spec through its backend and compare hashes. `gpu` (None: if one is visible):
         also rebuild each kernel of the running device and re-run the PROTOCOL checker."""
-        from .spec import KernelSpec, violations
+        from ..spec import KernelSpec, violations
         out = [VerifyResult(k, False, r) for k, r in self.bad]
         dev_info = None
         if gpu is None or gpu:
-            from .device import current, gpu_available
+            from ..device import current, gpu_available
             if gpu_available():
                 dev_info = current()
             elif gpu:
@@ -386,8 +377,8 @@ class Registry:
                     check_render(e, spec)     # read_source above proved text hashes to e.sha256
                     note += ", render ok"
                 if dev_info is not None and dev_info.key == e.device:
-                    from .backends import build_kernel
-                    from .check import check_kernel
+                    from ..backends import build_kernel
+                    from ..check import check_kernel
                     kern = build_kernel(spec, e.prob, dev_info)
                     rep = check_kernel(kern, e.prob, "cuda")
                     if not rep.passed:

@@ -18,7 +18,7 @@ worker, its inputs and baselines and the compile pools; dedup and the early-stop
 Compile ahead: `prefetch(problem, specs)` starts compiles that a later evaluate will need in a second,
 lower-priority pool, so the CPU compiles while the GPU checks and times; evaluate takes them from there.
 
-The parent never touches CUDA: the worker process (gpu_worker.py) owns the context and reports the
+The parent never touches CUDA: the worker process (worker.py) owns the context and reports the
 device, so it can be killed and started again at any time. Checks go one candidate per request, so a
 crash is charged to the candidate in flight; a crash while timing a group re-times its members one
 by one for the same reason.
@@ -29,22 +29,19 @@ import functools
 import time
 from typing import Callable, Iterable, Sequence
 
-from .backends.base import Artifact
-from .device import DeviceInfo
-from .measurement import STATUSES, KernelCrash, KernelHang, Measurement, WrongResult
-from .problems import Problem
+from ..backends.base import Artifact
+from ..device import DeviceInfo
+from ..measurement import STATUSES, KernelCrash, KernelHang, Measurement, WrongResult
+from ..problems import Problem
+from ..spec import KernelSpec, SpecError, validate
 from .procs import (CompilePool, EvaluatorError, WorkerDied, WorkerProcess, WorkerTimeout, available_cpus,
                     backend_compile)
-from .spec import KernelSpec, SpecError, validate
-
-__all__ = ["Evaluator", "Measurement", "STATUSES", "EvaluatorError", "make_evaluator",
-           "DEFAULT_BASELINES", "DEFAULT_CHECKS", "WrongResult", "KernelCrash", "KernelHang"]
 
 # The same names as cudal2.baselines.NAMES and cudal2.check.CHECKS, repeated here so the parent
 # process need not import torch.
 DEFAULT_BASELINES = ("torch", "cublas-nn", "cublas-tn", "cublaslt-heuristic", "cublaslt-autotune")
 DEFAULT_CHECKS = ("random", "exact", "poison", "guard", "fresh", "edges")
-# The timing knobs a profile may set (gpu_worker.time_batch reads them).
+# The timing knobs a profile may set (worker.time_batch reads them).
 TIMING_KEYS = ("early_stop", "early_calls", "early_ms", "min_calls", "min_ms", "max_calls", "warmup", "modes")
 
 
@@ -85,15 +82,15 @@ def parse_and_validate(s, problem: Problem, device: DeviceInfo) -> tuple[str, Ke
         return text, None, str(e)
 
 
-def _duplicate(orig: Measurement, text: str) -> Measurement:
+def duplicate_of(orig: Measurement, text: str) -> Measurement:
     """The result of `orig`'s binary, recorded for the spec `text` that compiled to the same one."""
     d = Measurement.from_dict({**orig.to_dict(), "spec": text, "ts": time.time(), "run_id": None})
     d.reason = f"duplicate binary of {orig.spec}" + (f"; {orig.reason}" if orig.reason else "")
     return d
 
 
-def _apply_times(res: dict, ms: dict[str, Measurement]) -> float | None:
-    """gpu_worker.time_batch's reply into the measurements (binary hash -> Measurement) it timed;
+def apply_times(res: dict, ms: dict[str, Measurement]) -> float | None:
+    """worker.time_batch's reply into the measurements (binary hash -> Measurement) it timed;
     returns best-cublas, the fastest baseline's median."""
     base = res["baselines_us"]
     best_cublas = min(base.values()) if base else None
@@ -120,7 +117,7 @@ class Evaluator:
         _check_early_stop(early_stop)
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        from .gpu_worker import main
+        from .worker import main
         self.device_key = device_key
         self.workers = available_cpus() if workers is None else int(workers)
         self.timeout_s = float(timeout_s)
@@ -334,7 +331,7 @@ class Evaluator:
         for i in first.values():
             self._seen[(profile, problem.text, out[i].binary_hash)] = out[i]
         for i, h in dups:
-            out[i] = _duplicate(self._seen[(profile, problem.text, h)], items[i][0])
+            out[i] = duplicate_of(self._seen[(profile, problem.text, h)], items[i][0])
         return out
 
     def _time(self, problem: Problem, arts: list[Artifact], ms: list[Measurement], profile: str = "default") -> None:
@@ -355,7 +352,7 @@ class Evaluator:
             ms[0].status = "crash" if reply[0] == "error" else reply[0]
             ms[0].reason = f"{reply[1]} (while timing)"
             return
-        best_cublas = _apply_times(reply[1], {art.binary_hash: m for art, m in zip(arts, ms)})
+        best_cublas = apply_times(reply[1], {art.binary_hash: m for art, m in zip(arts, ms)})
         known = [m.time_us for m in ms if m.time_us] + ([best_cublas] if best_cublas else []) + ([best] if best else [])
         if known:
             self._best[bkey] = min(known)
@@ -399,14 +396,3 @@ class Evaluator:
     def __exit__(self, *exc):
         self.close()
 
-
-def make_evaluator(cluster: str | None = None, **kw):
-    """`--cluster`: None / "local" -> Evaluator; "ray" (a local Ray, or RAY_ADDRESS) or "ray:ADDRESS"
-    (e.g. ray:auto, ray:10.0.0.1:6379, ray:ray://head:10001) -> RayEvaluator on that cluster."""
-    if cluster in (None, "", "local"):
-        return Evaluator(**kw)
-    if cluster == "ray" or cluster.startswith("ray:"):
-        from .dist import RayEvaluator
-        address = cluster[4:] or None
-        return RayEvaluator(address=address, **kw)
-    raise ValueError(f"--cluster {cluster!r}: use 'local', 'ray' or 'ray:ADDRESS'")

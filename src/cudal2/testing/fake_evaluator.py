@@ -2,21 +2,22 @@
 
 The same interface as cudal2.evaluate.Evaluator (profiles, dedup, early stop, evaluate_many), with no
 GPU and no processes: times and failures come from a clock. It shares the Evaluator's profile and
-result bookkeeping (the methods and helpers imported below) and gpu_worker's timing code, so what it
-reports follows the same rules as a measurement.
+result bookkeeping (the methods and helpers imported below) and the worker's timing code
+(cudal2.evaluate.worker.time_batch), so what it reports follows the same rules as a measurement.
 """
 from __future__ import annotations
 
 import functools
 from typing import Callable, Iterable, Sequence
 
-from .backends.base import CompileError
-from .device import DeviceInfo
-from .evaluate import DEFAULT_BASELINES, DEFAULT_CHECKS, Evaluator, _apply_times, _duplicate, parse_and_validate
-from .measurement import KernelCrash, KernelHang, Measurement, WrongResult
-from .problems import Problem
-from .procs import EvaluatorError, first_lines
-from .spec import KernelSpec
+from ..backends.base import CompileError
+from ..device import DeviceInfo
+from ..evaluate.evaluator import (DEFAULT_BASELINES, DEFAULT_CHECKS, Evaluator, apply_times, duplicate_of,
+                                  parse_and_validate)
+from ..measurement import KernelCrash, KernelHang, Measurement, WrongResult
+from ..problems import Problem
+from ..evaluate.procs import EvaluatorError, first_lines
+from ..spec import KernelSpec
 
 
 class FakeEvaluator:
@@ -54,7 +55,8 @@ class FakeEvaluator:
                  profile: str = "default") -> list[Measurement]:
         """As Evaluator.evaluate. A clock with a `fails(spec, problem, checks) -> "check: why" | None`
         method fails candidates in some checks only (e.g. edges: passes a screen, not the full check)."""
-        from .gpu_worker import _TableTimer, clock_compile, stub_report, time_batch
+        from ..evaluate.worker import time_batch
+        from .standin import TableTimer, clock_compile, stub_report
         problem = problem if isinstance(problem, Problem) else Problem.parse(problem)
         check_cfg, time_cfg = self._profile(profile)
         checks = check_cfg["checks"]
@@ -95,14 +97,14 @@ class FakeEvaluator:
         base = {n: t for n, t in (get(problem) if get else {}).items() if n in self.baselines}
         bkey = self._bkey(profile, problem.text)
         best = self._best.get(bkey)
-        res = time_batch(_TableTimer({**base, **{h: t for h, (t, _) in timed.items()}}),
+        res = time_batch(TableTimer({**base, **{h: t for h, (t, _) in timed.items()}}),
                          list(timed), sorted(base), time_cfg, best)
-        bc = _apply_times(res, {h: m for h, (_, m) in timed.items()})
+        bc = apply_times(res, {h: m for h, (_, m) in timed.items()})
         known = [m.time_us for _, m in timed.values() if m.time_us] + [x for x in (bc, best) if x]
         if known:
             self._best[bkey] = min(known)
         for i, text, h in dups:
-            out[i] = _duplicate(self._seen[(profile, problem.text, h)], text)
+            out[i] = duplicate_of(self._seen[(profile, problem.text, h)], text)
         return out
 
     evaluate_many = Evaluator.evaluate_many

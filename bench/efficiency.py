@@ -33,15 +33,15 @@ fixed lists do not depend on results, so they are evaluated in batches of `basel
 compiled ahead (`prefetch`) in a lower-priority pool while the GPU works on training and the other
 methods.
 
-`CostModel` (rl/study_model.py) puts those figures into numbers; `--synthetic` runs the whole study
+`CostModel` (bench/study_model.py) puts those figures into numbers; `--synthetic` runs the whole study
 on a stub clock and charges the model for every evaluator call, which is how the default study was
 sized to one 420 s call (bench/search_efficiency.py says the figures). Early stop is off in both
 profiles: with it, whether a kernel is "slow" depends on what was measured before it, and a
 measurement shared between methods would depend on the order they ran in.
 
 Runs against a GPU evaluator (cudal2.evaluate), a replay of a store, or the stub clock on a CPU.
-`synthetic_measurements` / `StubClock` (rl/study_model.py) are a model with a planted structure (so
-a test can tell learning from luck), never a result to report.
+`synthetic_measurements` / `StubClock` (cudal2.testing.stub_clocks) are a model with a planted
+structure (so a test can tell learning from luck), never a result to report.
 """
 from __future__ import annotations
 
@@ -55,13 +55,12 @@ import torch
 
 from cudal2.measurement import Measurement
 from cudal2.problems import Problem
+from cudal2.rl.grpo import GRPOConfig
+from cudal2.rl.policy import SpecPolicy, UniformPolicy
+from cudal2.rl.reward import speedup
+from cudal2.rl.search import FixedListPolicy, Search
+from cudal2.rl.shared_eval import COUNTS, SharedEvaluator, StudyDeadline, shared_evaluator
 from cudal2.spec import KernelSpec
-
-from .grpo import GRPOConfig
-from .policy import SpecPolicy, UniformPolicy
-from .reward import speedup
-from .search import FixedListPolicy, Search
-from .shared_eval import COUNTS, SharedEvaluator, StudyDeadline, shared_evaluator
 
 BUDGETS = (8, 16, 32, 64)
 METHODS = ("policy", "random", "fixed")

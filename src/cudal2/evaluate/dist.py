@@ -25,9 +25,10 @@ import collections
 import os
 from typing import Callable, Iterable
 
-from .device import DeviceInfo
-from .measurement import Measurement
-from .problems import Problem
+from ..device import DeviceInfo
+from ..measurement import Measurement
+from ..problems import Problem
+from .evaluator import Evaluator, parse_and_validate
 from .procs import EvaluatorError, backend_compile, compile_one
 
 __all__ = ["RayEvaluator", "GpuActor"]
@@ -45,7 +46,6 @@ class GpuActor:
     """Body of the per-GPU actor: a local Evaluator whose compiles arrive ready-made."""
 
     def __init__(self, evaluator_kw: dict):
-        from .evaluate import Evaluator
         self.ev = Evaluator(**{**evaluator_kw, "workers": 0})
 
     def info(self) -> dict:
@@ -123,7 +123,6 @@ class RayEvaluator:
 
     # ---- scheduling -------------------------------------------------------------------------------
     def _prepare(self, problem, specs) -> dict:
-        from .evaluate import parse_and_validate
         problem = problem if isinstance(problem, Problem) else Problem.parse(problem)
         items, refs = [], []
         for s in specs:

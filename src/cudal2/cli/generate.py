@@ -23,15 +23,15 @@ from typing import Optional
 
 import typer
 
-from .problems import Problem
+from ..problems import Problem
 
 _BACKENDS = {"triton": ("triton",), "cuda": ("cuda",), "both": ("triton", "cuda")}
 
 
 def _replay_device(store, device_key: str):
     """DeviceInfo for masks and policy features: the one a GPU run recorded, else the arch's limits."""
-    from .device import DeviceInfo
-    from .registry import target_for_key
+    from ..device import DeviceInfo
+    from ..registry import target_for_key
     for run in reversed(store.runs()):
         info = run["config"].get("device_info") if isinstance(run["config"], dict) else None
         if info and info.get("key") == device_key:
@@ -41,19 +41,19 @@ def _replay_device(store, device_key: str):
 
 def _make_policy(spec: str, seed: int):
     if spec == "default":
-        from .rl.policy import SpecPolicy
+        from ..rl.policy import SpecPolicy
         return SpecPolicy(seed=seed)
     if spec.startswith("hf:"):
-        from .rl.hf_policy import HFPolicy
+        from ..rl.hf_policy import HFPolicy
         return HFPolicy.load(spec[3:], seed=seed)
     raise ValueError(f"--policy {spec!r}: use 'default' or 'hf:PATH' (a local Hugging Face model directory)")
 
 
 def _file_winner(registry: Optional[str], best, device_key: str, margin: float = 1.0) -> str:
     """File a fully checked measurement; returns what happened, for the summary table."""
-    from .backends import get_backend
-    from .registry import RegistryError, record_winner
-    from .spec import KernelSpec
+    from ..backends import get_backend
+    from ..registry import RegistryError, record_winner
+    from ..spec import KernelSpec
     spec = KernelSpec.parse(best.spec)
     try:
         source = get_backend(spec.backend).render(spec, Problem.parse(best.problem))
@@ -103,8 +103,8 @@ def generate_cmd(
         "the whole range of shapes, not the smallest first"),
 ) -> None:
     """Search kernels with the RL policy and file the fastest correct one per shape in the registry."""
-    from .cli import fail
-    from .problems import ProblemError, parse_shapes
+    from .errors import fail
+    from ..problems import ProblemError, parse_shapes
 
     if backend not in _BACKENDS:
         fail(f"--backend {backend!r}: choose triton, cuda or both")
@@ -112,7 +112,7 @@ def generate_cmd(
         fail(f"--file-margin must be >= 1.0 (a ratio over best-cublas), got {file_margin}")
     if budget < 1 or group < 1 or recheck_k < 1:
         fail(f"--budget, --group and --recheck must be >= 1 (got {budget}, {group}, {recheck_k})")
-    from .rl.staged import SeedListError, parse_seed_list, profiles
+    from ..rl.staged import SeedListError, parse_seed_list, profiles
     try:
         seed_kind, n_seed = parse_seed_list(seed_list)
         prof = profiles(screen_ms, full_ms, screen_max_calls)
@@ -136,14 +136,14 @@ def generate_cmd(
     if replay and Path(replay).resolve() == Path(store_path).resolve():
         fail("--replay and --store are the same file: write the replayed run to a different store")
 
-    from .device import gpu_available
-    from .store import Store, StoreError
+    from ..device import gpu_available
+    from ..store import Store, StoreError
     evaluator = None
     try:
         if replay:
             if not Path(replay).is_file():
                 fail(f"--replay {replay}: no such store")
-            from .rl.replay import ReplayEvaluator
+            from ..rl.replay import ReplayEvaluator
             src = Store(replay)
             evaluator = ReplayEvaluator(src)
             device_key = evaluator.device_key
@@ -153,7 +153,7 @@ def generate_cmd(
             if not gpu_available() and not cluster:
                 fail("no CUDA GPU visible: run on a GPU machine, --cluster ray[:ADDR], "
                      "or --replay STORE to search over stored measurements", code=3)
-            from .evaluate import make_evaluator
+            from ..evaluate import make_evaluator
             kw = {"workers": workers} if workers else {}
             evaluator = make_evaluator(cluster, **kw)
             device = evaluator.device
@@ -173,7 +173,7 @@ def generate_cmd(
               "full_ms": full_ms, "screen_max_calls": screen_max_calls, "recheck": recheck_k,
               "time_limit": time_limit, "stride": stride, "file_margin": file_margin}
     run_id = store.new_run(config, device=device_key, versions=versions)
-    from .rl.shared_eval import SharedEvaluator
+    from ..rl.shared_eval import SharedEvaluator
     deadline = t_start + time_limit if time_limit else None
     shared = SharedEvaluator(evaluator, store=store, run_id=run_id, device_key=device_key, deadline=deadline)
     shared.add_profile("screen", **prof[0])
@@ -201,9 +201,9 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .rl.search import Search
-    from .rl.shared_eval import StudyDeadline
-    from .rl.staged import log_row, search_shape, seed_specs
+    from ..rl.search import Search
+    from ..rl.shared_eval import StudyDeadline
+    from ..rl.staged import log_row, search_shape, seed_specs
     console = Console(stderr=True)
     totals = {"evals": 0, "fail": 0, "won": 0, "rejected": 0}
     prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -266,7 +266,7 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
 def _file(registry, out, device_key: str, margin: float = 1.0) -> str:
     """File the shape's outcome: the full pass's winner, or cuBLAS when nothing passed it but
     baselines were measured (so dispatch does not borrow a neighbour's kernel here)."""
-    from .registry import RegistryError, record_cublas
+    from ..registry import RegistryError, record_cublas
     if out["winner"] is not None:
         return _file_winner(registry, out["winner"], device_key, margin)
     seen = out["screen_best"]
@@ -283,7 +283,7 @@ def _file(registry, out, device_key: str, margin: float = 1.0) -> str:
 def _lt_algo(device_key: str, problem) -> dict | None:
     """The algorithm cuBLASLt autotune chose for `problem` in this run (the GPU worker's on-disk
     cache), for a cublas entry to record: dispatch then runs that call (cudal2.lt_dispatch)."""
-    from .lt_dispatch import cached_algo
+    from ..lt_dispatch import cached_algo
     return cached_algo(device_key, Problem.parse(str(problem)).text)
 
 

@@ -1,6 +1,6 @@
 """The `cudal2` command line: check, compare, generate, registry, problems.
 
-Each command lives in its own module (cli_*.py) and registers itself on the one typer app here;
+Each command lives in its own module (cli/<name>.py) and registers itself on the one typer app here;
 heavy imports (torch, triton, the CUDA bindings) happen inside the commands, so `--help` is quick.
 Errors a user can cause (a malformed shape or spec, no GPU) print one line and exit non-zero.
 """
@@ -9,6 +9,9 @@ from __future__ import annotations
 import sys
 
 import typer
+
+from . import check, compare, generate, registry
+from .errors import UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Generate, check and compare half-precision GEMM kernels against cuBLAS.")
@@ -19,27 +22,13 @@ def _root() -> None:
     """cudal2: RL-searched HGEMM kernels for Hopper, judged against cuBLAS by GPU time."""
 
 
-class UserError(Exception):
-    """An error whose message is the whole story: printed as one line, exit status 2."""
-
-
-def fail(message: str, code: int = 2) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def _register() -> None:
-    from . import cli_check, cli_compare, cli_generate, cli_registry
-    for mod in (cli_check, cli_compare, cli_generate, cli_registry):
-        mod.register(app)
-
-
-_register()
+for _mod in (check, compare, generate, registry):
+    _mod.register(app)
 
 
 def main() -> None:
-    from .problems import ProblemError
-    from .spec import SpecError
+    from ..problems import ProblemError
+    from ..spec import SpecError
     try:
         app()
     except (UserError, ProblemError, SpecError) as e:

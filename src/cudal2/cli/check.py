@@ -15,7 +15,7 @@ import typer
 
 
 def _resolve_spec(backend: str, family: Optional[str], spec_text: str, problem, device):
-    from .spec import FAMILIES, KernelSpec, SpecError, default_spec, validate
+    from ..spec import FAMILIES, KernelSpec, SpecError, default_spec, validate
     if backend not in FAMILIES:
         raise SpecError("backend", f"{backend!r} is not a backend (choose from {tuple(FAMILIES)})")
     if spec_text == "default":
@@ -48,16 +48,16 @@ def check_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Check one kernel against the PROTOCOL checker (random, exact, poison, guard, fresh, edges)."""
-    from .cli import fail
-    from .problems import Problem, ProblemError
-    from .spec import SpecError
+    from .errors import fail
+    from ..problems import Problem, ProblemError
+    from ..spec import SpecError
 
     if interpret:
         if backend != "triton":
             fail("--interpret runs Triton kernels only; the CUDA backend needs a GPU (or --compile-only)")
         # Must be set before Triton decorates the kernels: the interpreter is chosen at import.
         os.environ["TRITON_INTERPRET"] = "1"
-    from .device import DeviceInfo, current, gpu_available
+    from ..device import DeviceInfo, current, gpu_available
 
     try:
         problem = Problem.parse(shape, layout)
@@ -72,7 +72,7 @@ def check_cmd(
 
     if not (interpret or compile_only or gpu_available()):
         fail("no CUDA GPU here: use --interpret (Triton, small shapes on the CPU) or --compile-only", code=3)
-    from .backends import CompileError, get_backend
+    from ..backends import CompileError, get_backend
     be = get_backend(backend)
     if compile_only:
         try:
@@ -87,7 +87,7 @@ def check_cmd(
                 typer.echo(f"{k:<7} {art.meta[k]}")
         return
 
-    from .check import check_kernel
+    from ..check import check_kernel
     try:
         kernel = be.load(be.compile(kspec, problem, device))
     except CompileError as e:
