@@ -13,12 +13,13 @@ from torch._C._cuda_getCurrentRawStream where torch has it (backends.base.stream
 from __future__ import annotations
 
 import ctypes
-import functools
 
 from ..kernels_cuda import KERNELS
 from ..problems import Problem
 from ..spec import is_valid
-from .base import Artifact, LaunchError, stream_getter
+from .base import Artifact, stream_getter
+from .cuda_stream import StreamLauncher
+from .driver import check as check_with, drv
 
 _TMAP_CACHE_MAX = 64          # distinct (pointer, shape) operand pairs kept encoded per kernel
 _MAX_BINDS = 256              # problem sizes bound per kernel before the table is reset
@@ -28,21 +29,14 @@ def _cdiv(x: int, y: int) -> int:
     return -(-x // y)
 
 
-@functools.cache          # called on every launch: one import lookup, not one per call
 def _drv():
-    from cuda.bindings import driver
-    return driver
+    """The driver module (backends/driver.py); a module-level name so tests can stand it in."""
+    return drv()
 
 
 def check(result, what: str):
-    """Unpack a cuda.bindings (status, value...) tuple; raise LaunchError naming the error."""
-    d = _drv()
-    err, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
-    if err != d.CUresult.CUDA_SUCCESS:
-        e2, name = d.cuGetErrorName(err)
-        label = name.decode() if e2 == d.CUresult.CUDA_SUCCESS and name else str(err)
-        raise LaunchError(f"{what} failed: {label}")
-    return rest[0] if len(rest) == 1 else (rest or None)
+    """backends/driver.check against this module's driver (a test's stand-in included)."""
+    return check_with(result, what, _drv())
 
 
 def _context(device_index: int) -> None:
@@ -94,7 +88,6 @@ class CudaKernel:
                                                                                  self._i32[0], self._i32[1])])
         self._binds: dict = {}
         if self.family == "stream":        # decode / skinny: its own launcher (backends/cuda_stream.py)
-            from .cuda_stream import StreamLauncher
             self._streamer = StreamLauncher(self)
 
     def supports(self, problem: Problem) -> bool:

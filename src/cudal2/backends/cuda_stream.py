@@ -15,6 +15,8 @@ from __future__ import annotations
 import ctypes
 
 from ..spec import stream_smem
+from .base import stream_getter
+from .driver import check, drv
 
 ENTRY_B, ENTRY_A = "cudal2_stream_b", "cudal2_stream_a"
 
@@ -83,9 +85,7 @@ class StreamLauncher:
     def bind(self, M: int, N: int, K: int):
         """f(a, b, c) for one size: entry, grid and argument buffer fixed once; per call three
         pointers and (split-K) a dict lookup of this stream's workspace."""
-        from .base import stream_getter
-        from .cuda_launch import _drv, check
-        d = _drv()
+        d = drv()
         u64 = [ctypes.c_uint64() for _ in range(5)]
         slots = u64 + [ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)]
         args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
