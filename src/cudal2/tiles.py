@@ -9,8 +9,6 @@ worth timing first, from what decides speed on these shapes (`../shared/KERNELS.
     (operand bytes per MMA from shared memory), saturating at 128x256;
   - starved shapes (too few tiles to fill the SMs) split K so every SM streams (2), paying one
     fp32 partial write and read per slice;
-  - operand loads: small tiles are bound by L2->SM bandwidth, not MMAs; a 2-CTA cluster shares
-    the B tile by TMA multicast (7);
   - the deepest ring that fits beside the epilogue's staging (3: small tiles need more stages).
 The model ranks; the clock decides. `candidates` is the search's seed list for the family and the
 spec sweep's list (bench/hopper_sweep.py).
@@ -32,26 +30,23 @@ def _intensity_rate(bm: int, bn: int) -> float:
     return min(1.0, (bm * bn / (bm + bn)) / 85.3) ** 0.6
 
 
-# Per SM, in clocks (H100/H200 leads, to rank, not to predict): ~2048 fp16 FMA per clock from
-# wgmma; ~48 B per clock of operand tiles from L2 (small tiles are load-bound: a 64x128 K-tile is
-# 24 KB for 0.5 M FMA); ~1000 clocks to fill and drain a unit (the producer runs ahead, so part
-# of it hides).
-_FMA_PER_CLK, _L2_B_PER_CLK, _UNIT_CLK = 2048.0, 48.0, 1000.0
+def estimate(problem: Problem, bm: int, bn: int, split: int, sms: int) -> float:
+    """Model time (arbitrary units): whole waves of work units, each unit's MMA work at its tile's
+    rate plus a fixed per-unit prologue/epilogue, plus the split-K partial traffic.
 
-
-def estimate(problem: Problem, bm: int, bn: int, split: int, sms: int, cluster: int = 1) -> float:
-    """Model time in SM clocks: whole waves of work units (tile x K slice), each K-tile bound by
-    its MMAs or its operand loads (a 2-CTA cluster loads half the B tile per CTA: multicast), plus
-    the split-K partial traffic spread over the SMs."""
-    tiles_m = math.ceil(problem.M / bm)
-    tiles = math.ceil(tiles_m / cluster) * cluster * math.ceil(problem.N / bn)
-    waves = math.ceil(tiles * split / sms)
-    ktiles = math.ceil(math.ceil(problem.K / 64) / split)
-    mma = bm * bn * 64 / (_FMA_PER_CLK * _intensity_rate(bm, bn))
-    load = 64 * (bm + bn / cluster) * 2 / _L2_B_PER_CLK
-    unit = ktiles * max(mma, load) + _UNIT_CLK
-    # Every slice writes bm*bn fp32 partials and the last reads them back: 8 B per element.
-    reduce = tiles * bm * bn * 8.0 * (split - 1) / sms / _L2_B_PER_CLK if split > 1 else 0.0
+    On the H200 (2026-12-03, bench/results/h200-sm90/hopper_sweep_*) this simple form ranked better
+    than one with an L2->SM load term and 2-CTA clusters: that one put split-K and cluster specs
+    first, which measured slower (starved geomean 0.76x against 0.96x, same shapes)."""
+    tiles = math.ceil(problem.M / bm) * math.ceil(problem.N / bn)
+    units = tiles * split
+    waves = math.ceil(units / sms)
+    k = math.ceil(problem.K / split)
+    # Units: fp16 FMAs of one SM. A unit's fill/drain (ring fill, epilogue) ~1 us, part hidden by
+    # the producer running ahead: 1.5e6 (an H100/H200 SM does ~2048 FMA per clock at ~1.8 GHz).
+    unit = bm * bn * k / _intensity_rate(bm, bn) + 1.5e6
+    # Split-K: every slice but one writes bm*bn fp32 partials and the last reads them (8 B per
+    # element through L2, ~23 B per clock per SM: ~90 FMA-units per byte), spread over the SMs.
+    reduce = tiles * bm * bn * 8.0 * (split - 1) * 90 / sms if split > 1 else 0.0
     return waves * unit + reduce
 
 
@@ -66,8 +61,9 @@ def _max_stages(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Kerne
 
 def candidates(problem: Problem, device: DeviceInfo, n: int = 8) -> list[KernelSpec]:
     """n valid cooperative wgmma specs, best modelled first (distinct tile and split, each with the
-    deepest ring that fits; 2-CTA clusters where the model likes them), then ping-pong versions of
-    the two best tiles that allow one (n + 2 at most)."""
+    deepest ring that fits, at most two per tile), then ping-pong versions of the two best tiles
+    that allow one (n + 2 at most). No 2-CTA clusters: on the H200 (2026-12-03) every cluster=2
+    spec ran at 0.3-0.86x of the same spec without a cluster (cause not established)."""
     sms = device.sm_count or 132
     bns = [b for b in range(16, 257, 16) if problem.layout == "nt" or b % 64 == 0]
     scored = []
@@ -78,19 +74,18 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8) -> list[KernelS
             for split in _SPLITS:
                 if split > 1 and math.ceil(problem.K / 64) < 2 * split:
                     continue                   # at least two K-tiles per slice
-                for cl in (1, 2):
-                    scored.append((estimate(problem, bm, bn, split, sms, cl), bm, bn, split, cl))
+                scored.append((estimate(problem, bm, bn, split, sms), bm, bn, split))
     scored.sort()
     out: list[KernelSpec] = []
     per_tile: dict = {}
-    for _, bm, bn, split, cl in scored:
+    for _, bm, bn, split in scored:
         if len(out) >= n:
             break
         if per_tile.get((bm, bn), 0) >= 2:    # spread the list over tiles: the model only ranks
             continue
         for warps, ws in (((8, 1), (12, 1)) if bm == 64 else ((12, 1),)):
             base = KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=warps, stages=2,
-                              group_m=8, split_k=split, subtile=1, warp_spec=ws, cluster=cl)
+                              group_m=8, split_k=split, subtile=1, warp_spec=ws, cluster=1)
             s = _max_stages(base, problem, device)
             if s is not None and s not in out:
                 out.append(s)
