@@ -40,18 +40,18 @@ class SeedListError(ValueError):
     pass
 
 
-SEED_KINDS = ("fixed", "auto")
+SEED_KINDS = ("fixed", "auto", "model")
 
 
 def parse_seed_list(text: str) -> tuple[str, int]:
-    """'none' -> ("fixed", 0); 'fixed:N' / 'auto:N' -> (kind, N)."""
+    """'none' -> ("fixed", 0); 'fixed:N' / 'auto:N' / 'model:N' -> (kind, N)."""
     t = text.strip().lower()
     if t in ("none", "0", ""):
         return "fixed", 0
     kind, _, num = t.partition(":")
     if kind in SEED_KINDS and num.isdigit():
         return kind, int(num)
-    raise SeedListError(f"--seed-list {text!r}: use 'none', 'fixed:N' or 'auto:N' (N >= 0)")
+    raise SeedListError(f"--seed-list {text!r}: use 'none', 'fixed:N', 'auto:N' or 'model:N' (N >= 0)")
 
 
 def _ctas(spec: KernelSpec, p: Problem) -> int:
@@ -99,9 +99,16 @@ def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fix
     """The first evaluations of a shape, known before anything is measured (so they compile ahead).
     fixed: the fixed autotune list's first n. auto: the fixed list with the tiles that fit the shape
     first (of the 377 winners of the first grid search, 4 were seed tiles larger than the shape),
-    and on a starved shape (see `starved`) the second half split-K variants that fill the SMs."""
+    and on a starved shape (see `starved`) the second half split-K variants that fill the SMs.
+    model: on a Hopper card with the cuda backend, half the seeds are the wgmma family's best
+    modelled specs (cudal2.tiles: whole waves, split-K where tiles cannot fill the SMs, the deepest
+    ring that fits), the rest as auto; elsewhere the same as auto."""
     if n <= 0:
         return []
+    if kind == "model":
+        lead = model_seeds(n - n // 2, problem, device, backends)
+        rest = [s for s in seed_specs(n, problem, device, backends, "auto") if s not in lead]
+        return (lead + rest)[:n]
     fixed = FixedListPolicy.candidates(problem, device, backends)
     if kind == "fixed":
         return fixed[:n]
@@ -115,6 +122,17 @@ def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fix
     n_keep = n - len(lead) - (min(n // 2, len(split)) if split else 0)
     keep = [s for s in ordered if s.split_k == 1][:n_keep] if split else ordered[:n_keep]
     return (lead + keep + [v for v in split if v not in keep])[:n]
+
+
+def model_seeds(n: int, problem: Problem, device, backends=None) -> list[KernelSpec]:
+    """The wgmma family's first n cost-model candidates where it can run (sm_90a, cuda backend
+    allowed, a measured SM count), else none. On the H200 (2026-12-03, bench/results/h200-sm90/
+    hopper) the best of ~10 such candidates reached 0.94-0.98x of best-cublas per class and beat it
+    on 20-40% of shapes, where the fixed list's best was 0.82x (1-100 GFLOP, median)."""
+    from cudal2.tiles import candidates
+    if n <= 0 or (backends and "cuda" not in backends) or device.cc != (9, 0) or not device.sm_count:
+        return []
+    return [s for s in candidates(problem, device, n) if is_valid(s, problem, device)][:n]
 
 
 def profiles(screen_ms: float, full_ms: float, screen_max_calls: int | None = None) -> tuple[dict, dict]:

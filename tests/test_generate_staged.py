@@ -328,3 +328,16 @@ def test_seeds_and_the_first_group_share_one_screen_call(monkeypatch, tmp_path):
     assert screen[0] == 8 and sum(screen) == 8
     rows = _rows(tmp_path / "s.db", p, "screen")
     assert [m.spec for m in rows[:4]] == [s.text for s in FixedListPolicy.candidates(p, HOPPER)[:4]]
+
+
+@pytest.mark.parametrize("shape", ["4096x4096x512", "256x512x8192", "64x8192x4096:nt"])
+def test_model_seeds_lead_with_the_wgmma_cost_model(shape):
+    from cudal2.tiles import candidates
+    p = Problem.parse(shape)
+    seeds = seed_specs(6, p, H200, ("triton", "cuda"), "model")
+    assert len(seeds) == 6 == len({s.text for s in seeds}) and all(is_valid(s, p, H200) for s in seeds)
+    assert seeds[:3] == candidates(p, H200, 3)[:3]               # half from the model, best first
+    assert seeds[3:] == [s for s in seed_specs(6, p, H200, ("triton", "cuda"), "auto") if s not in seeds[:3]][:3]
+    # No cuda backend, or no Hopper: the model has nothing to offer and model = auto.
+    assert seed_specs(6, p, H200, ("triton",), "model") == seed_specs(6, p, H200, ("triton",), "auto")
+    assert parse_seed_list("model:6") == ("model", 6)

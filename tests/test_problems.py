@@ -59,3 +59,11 @@ def test_hf_config_problems(tmp_path):
     assert Problem(1, 1000, 64, "nt") in probs           # lm_head
     with pytest.raises(ProblemError, match="hidden_size"):
         problems_from_hf_config({}, [1])
+
+
+def test_a_long_shape_list_is_not_taken_for_a_file_name():
+    # 28 decode shapes in one argument: past the OS's file-name limit, Path.is_file raised.
+    text = ",".join(f"{m}x{n}x{k}" for m in (1, 2, 4, 8, 16, 32, 64)
+                    for n, k in ((4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336)))
+    got = parse_shapes(text, "nt")
+    assert len(got) == 28 and got[0] == Problem(1, 4096, 4096, "nt") and got[-1] == Problem(64, 4096, 14336, "nt")

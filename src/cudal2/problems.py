@@ -118,7 +118,11 @@ def parse_shapes(arg: str, layout: str = "nn") -> list[Problem]:
         if not step.isdigit() or int(step) < 1:
             raise ProblemError(f"--shapes {arg!r}: grid:N needs a positive integer N")
         return grid(layout)[:: int(step)]
-    if Path(arg).is_file():
+    try:
+        is_file = Path(arg).is_file()
+    except OSError:          # a long list of shapes is no file name (ENAMETOOLONG on the H200)
+        is_file = False
+    if is_file:
         return read_shape_file(arg, layout)
     if not arg:
         raise ProblemError("no shapes given")

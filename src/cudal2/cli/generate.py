@@ -1,7 +1,7 @@
 """`cudal2 generate`: the RL search over kernels for a set of shapes, winners filed in the registry.
 
   cudal2 generate --backend triton|cuda|both --shapes grid|grid:N|FILE|MxNxK,... [--layout nn|nt]
-                  [--budget N] [--group G] [--seed-list fixed:N|auto:N|none] [--screen-ms MS]
+                  [--budget N] [--group G] [--seed-list fixed:N|auto:N|model:N|none] [--screen-ms MS]
                   [--screen-max-calls N] [--full-ms MS] [--recheck K] [--time-limit S] [--stride S]
                   [--policy default|hf:PATH] [--store PATH] [--registry PATH] [--resume] [--replay STORE]
                   [--cluster ray[:ADDR]] [--seed S]
@@ -84,7 +84,8 @@ def generate_cmd(
     workers: Optional[int] = typer.Option(None, "--workers", help="CPU compile workers (default: all cores)"),
     seed_list: str = typer.Option(
         "fixed:8", "--seed-list", help="evaluate first, per shape: fixed:N (the fixed autotune list's first N), "
-        "auto:N (the same, with split-K seeds where the tiles cannot fill the SMs and K is deep) or none"),
+        "auto:N (the same, with split-K seeds where the tiles cannot fill the SMs and K is deep), "
+        "model:N (half from the Hopper wgmma family's cost model, cudal2.tiles, the rest as auto) or none"),
     screen_ms: float = typer.Option(10.0, "--screen-ms", help="timing per function in the screen of each proposal (ms)"),
     full_ms: float = typer.Option(100.0, "--full-ms", help="timing per function in the full re-check (ms)"),
     screen_max_calls: Optional[int] = typer.Option(
