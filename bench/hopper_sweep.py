@@ -63,12 +63,21 @@ def _compile(args):
         return text, layout, (str(e).splitlines() or [type(e).__name__])[0][:200]
 
 
-def plan(problems, dev, n_cands: int, extra: list[str]) -> dict:
+def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0) -> dict:
+    """Per problem: the cost model's candidates, the first `clusters` of them again on a 2-CTA
+    cluster (where valid), then the extra specs valid there."""
+    import dataclasses
+
     from cudal2.spec import KernelSpec, is_valid
     from cudal2.tiles import candidates
     out = {}
     for p in problems:
-        specs = [s.text for s in candidates(p, dev, n_cands)]
+        cands = candidates(p, dev, n_cands)
+        specs = [s.text for s in cands]
+        for s in cands[:clusters]:
+            c = dataclasses.replace(s, cluster=2)
+            if is_valid(c, p, dev) and c.text not in specs:
+                specs.append(c.text)
         for t in extra:
             s = KernelSpec.parse(t)
             if is_valid(s, p, dev) and s.text not in specs:
@@ -90,7 +99,7 @@ def sweep_shape(p, specs, dev, min_ms: float, compile_errors: dict) -> list[dict
     c0 = torch.empty(p.M, p.N, dtype=torch.float16, device="cuda")
     reasons: dict = {}
     fns = dict(prepare(BASELINES[p.layout], p, a, b, c0, reasons=reasons))
-    status = {}
+    status, ctas = {}, {}
     for text in specs:
         if (text, p.layout) in compile_errors:
             status[text] = f"compile failed: {compile_errors[(text, p.layout)]}"
@@ -107,6 +116,7 @@ def sweep_shape(p, specs, dev, min_ms: float, compile_errors: dict) -> list[dict
         c = torch.empty_like(c0)
         fns[text] = lambda k=k, c=c: k(a, b, c)
         status[text] = "ok"
+        ctas[text] = getattr(k, "cluster_ctas", None)
     stats = timing.offline(fns, min_ms=min_ms)
     base_name, base_us = best({n: s for n, s in stats.items() if n in BASELINES[p.layout]})
     cls = shape_class(p.M, p.N, p.K)
@@ -118,6 +128,7 @@ def sweep_shape(p, specs, dev, min_ms: float, compile_errors: dict) -> list[dict
                      "us": round(s.median_us, 3) if s else None, "spread": round(s.spread, 4) if s else None,
                      "vs_best_cublas": round(base_us / s.median_us, 4) if s else None,
                      "tflops": round(p.flops / s.median_us / 1e6, 1) if s else None,
+                     "cluster_ctas": ctas.get(text),
                      "baselines_missing": ";".join(f"{n}: {r}" for n, r in reasons.items())})
     return rows
 
@@ -146,6 +157,7 @@ def main() -> int:
     ap.add_argument("--shapes", default="", help="comma-separated MxNxK instead of the grid classes")
     ap.add_argument("--n-cands", type=int, default=8, help="cost-model candidates per shape")
     ap.add_argument("--extra", default="", help="';'-separated spec texts tried where valid")
+    ap.add_argument("--clusters", type=int, default=0, help="also try the first N candidates on a 2-CTA cluster")
     ap.add_argument("--min-ms", type=float, default=10.0, help="offline timing per function, at least")
     ap.add_argument("--time-limit", type=float, default=400.0, help="start no shape after this many seconds")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="compile processes")
@@ -164,7 +176,7 @@ def main() -> int:
     layouts = args.layouts.split(",")
     problems = ([q.with_layout(l) for l in layouts for q in parse_shapes(args.shapes)] if args.shapes
                 else pick_shapes(args.classes.split(","), args.per_class, layouts))
-    specs = plan(problems, dev, args.n_cands, [t for t in args.extra.split(";") if t.strip()])
+    specs = plan(problems, dev, args.n_cands, [t for t in args.extra.split(";") if t.strip()], args.clusters)
     jobs = {(t, p.layout): (t, p.shape, p.layout, dev.to_dict()) for p in problems for t in specs[p]}
     errors = {}
     with ProcessPoolExecutor(args.jobs) as ex:

@@ -72,6 +72,8 @@ class CudaKernel:
                 check(d.cuFuncSetAttribute(f, attr, self.smem), f"cuFuncSetAttribute({n}, {self.smem} B smem)")
         self.sm_count = self.device_info.sm_count     # read once by cudal2.device, not asked again
         self.threads = self.spec.warps * 32
+        if self.family == "wgmma" and self.spec.cluster > 1:
+            self.cluster_ctas = self._cluster_capacity()
         self._ws = None
         self._ws_streams: dict = {}       # wgmma split-K: stream -> (partials, counters)
         self._tmaps: dict[tuple, tuple[bytes, ...]] = {}
@@ -192,10 +194,32 @@ class CudaKernel:
         self._tmaps[key] = (ta, tb, tc)
         return ta, tb, tc
 
+    # CTAs a persistent cluster launch may have resident at once (None: one per SM).
+    cluster_ctas: int | None = None
+
+    def _cluster_capacity(self) -> int:
+        """CTAs in the clusters that fit on the device at once (cuOccupancyMaxActiveClusters): a
+        persistent grid of more clusters than fit runs its last ones as a second wave, doubling the
+        time. On the H200 (2026-12-03) every cluster=2 spec, launched with 132 / 2 clusters, ran at
+        0.3-0.86x of the same spec without a cluster; GPCs with an odd number of free SMs leave
+        fewer than 66 pairs, the first suspect. A failed query keeps one CTA per SM."""
+        d, cl = _drv(), self.spec.cluster
+        cfg = d.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = cl * (self.sm_count // cl), 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.threads, 1, 1
+        cfg.sharedMemBytes, cfg.numAttrs = self.smem, 0    # cluster size: compiled in
+        try:
+            n = int(check(d.cuOccupancyMaxActiveClusters(self.funcs["cudal2_wgmma"], cfg),
+                          "cuOccupancyMaxActiveClusters"))
+        except Exception:
+            return self.sm_count // cl * cl
+        return max(1, min(n, self.sm_count // cl)) * cl
+
     def _grid_wgmma(self, M: int, N: int) -> int:
         sp, cl = self.spec, self.spec.cluster
         units = _cdiv(_cdiv(M, sp.bm), cl) * _cdiv(N, sp.bn) * sp.split_k   # (cluster tile, K slice)
-        return max(1, min(self.sm_count // cl, units)) * cl                 # persistent: one CTA per SM
+        ctas = self.cluster_ctas or self.sm_count                            # persistent: one CTA per SM
+        return max(1, min(ctas // cl, units)) * cl
 
     def _splitk_workspace(self, M: int, N: int, stream: int, device) -> tuple[int, int]:
         """wgmma split-K: fp32 partials and per-tile int32 counters for this stream (one pair per
