@@ -56,6 +56,10 @@ SUMMARY = {
     "achieved_occupancy_pct": ("Occupancy", "Achieved Occupancy"),
     "cycles_per_issue": ("Warp State Statistics", "Warp Cycles Per Issued Instruction"),
 }
+# Why warps wait: cycles stalled per issued instruction, by reason (the counters behind ncu's
+# WarpStateStats chart); the largest few are summarised per kernel as "stalls".
+STALL_METRICS = r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+_STALL = re.compile(r"smsp__average_warps_issue_stalled_(.+)_per_issue_active\.ratio")
 # Opcode groups worth reading in a GEMM's SASS: which MMA, how tiles are loaded, the syncs.
 OPCODE_GROUPS = {
     "wgmma": ("HGMMA",), "mma": ("HMMA",), "tma_load": ("UTMALDG",), "tma_store": ("UTMASTG",),
@@ -100,6 +104,14 @@ def summarise(launches: list[dict]) -> list[dict]:
             vals = [k["metrics"].get(f"{section}/{metric}") for k in ks]
             vals = [v for v in vals if isinstance(v, float)]
             row[key] = statistics.median(vals) if vals else None
+        stalls: dict[str, float] = {}
+        for k in ks:
+            for name, v in k["metrics"].items():
+                m = _STALL.search(name)
+                if m and isinstance(v, float):
+                    stalls.setdefault(m.group(1), []).append(v)
+        top = sorted(((r, statistics.median(v)) for r, v in stalls.items()), key=lambda rv: -rv[1])
+        row["stalls"] = {r: round(v, 3) for r, v in top[:6] if v > 0}
         out.append(row)
     return out
 
@@ -183,7 +195,9 @@ def profile(shape: str, kernel: str, calls: int, ncu: str, log) -> dict:
         env = {**os.environ, "TRITON_CACHE_DIR": cache}
         base = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--csv", "--page", "details"]
         cmd = [sys.executable, __file__, "--child", "--shape", shape, "--kernel", kernel, "--calls", str(calls)]
-        attempts = (base + ["--print-units", "base"] + [x for s in SECTIONS for x in ("--section", s)] + cmd,
+        attempts = (base + ["--print-units", "base"] + [x for s in SECTIONS for x in ("--section", s)]
+                    + ["--metrics", STALL_METRICS] + cmd,
+                    base + ["--print-units", "base"] + [x for s in SECTIONS for x in ("--section", s)] + cmd,
                     base + ["--section", "SpeedOfLight"] + cmd)
         for argv in attempts:      # the second: fewer options, should this ncu refuse one of them
             r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
@@ -215,6 +229,12 @@ def markdown(results: list[dict], meta: dict) -> str:
                          f"{f(k.get('registers'), 0)} | {f(k.get('smem_dynamic'), 0)} | "
                          f"{f(us / 1e3 if us is not None else None, 2)} | {f(k.get('dram_pct'))} | "
                          f"{f(k.get('sm_pct'))} | {f(k.get('achieved_occupancy_pct'))} |")
+    lines += ["", "Stalls (cycles per issued instruction, largest reasons; smsp__average_warps_issue_stalled_*):", ""]
+    for r in results:
+        for k in r["kernels"] or []:
+            if k.get("stalls"):
+                lines.append(f"- {r['shape']} {r['kernel'][:60]} `{k['kernel'][:40]}`: "
+                             + ", ".join(f"{n} {v}" for n, v in k["stalls"].items()))
     lines += ["", "SASS opcode groups (static counts in the cubins):", ""]
     for r in results:
         for name, s in (r.get("sass") or {}).items():

@@ -175,6 +175,10 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #endif
     const int wg = threadIdx.x / 128, tig = threadIdx.x % 128;
     if (threadIdx.x == 0) {
+        // Fetch the descriptors while the barriers are set up, not at the first copy.
+        asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<u64>(&tmA)) : "memory");
+        asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<u64>(&tmB)) : "memory");
+        asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<u64>(&tmC)) : "memory");
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
             mbar_init(empty0 + 8 * s, EMPTY_ARRIVALS);

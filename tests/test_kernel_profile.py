@@ -60,3 +60,16 @@ def test_sass_opcodes_drop_predicates_and_modifiers():
     groups = kp.opcode_groups(counts)
     assert groups["wgmma"] == 2 and groups["cp_async"] == 2 and groups["mbarrier"] == 1
     assert groups["barrier"] == 1 and groups["tma_load"] == 0
+
+
+def test_stall_reasons_largest_first():
+    sec = "Command line profiler metrics"
+    m = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+    text = (HEAD + _row(0, "k", sec, m.format("long_scoreboard"), "2.5") + _row(0, "k", sec, m.format("barrier"), "0.5")
+            + _row(0, "k", sec, m.format("wait"), "1.25") + _row(0, "k", sec, m.format("sleeping"), "0")
+            + _row(1, "k", sec, m.format("long_scoreboard"), "3.5") + _row(1, "k", sec, m.format("barrier"), "0.5"))
+    (row,) = kp.summarise(kp.parse_ncu_csv(text))
+    assert list(row["stalls"]) == ["long_scoreboard", "wait", "barrier"]            # zero dropped
+    assert row["stalls"]["long_scoreboard"] == 3.0                                  # median of 2.5, 3.5
+    md = kp.markdown([{"shape": "s", "kernel": "spec", "kernels": [row]}], {"device": "h200", "commit": "abc"})
+    assert "long_scoreboard 3.0, wait 1.25, barrier 0.5" in md
