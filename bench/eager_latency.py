@@ -53,7 +53,7 @@ def build_registry(root: Path, family: str, problems, dev) -> list[str]:
     from cudal2.backends import get_backend
     from cudal2.registry import Entry, Registry
     from cudal2.spec import SpecError, default_spec
-    reg = Registry.load(root)
+    reg = Registry.load(root, create=True)
     skipped = []
     for p in problems:
         try:

@@ -20,12 +20,22 @@ _DEV_OPT = typer.Option(None, "--device", help="device key, e.g. h200-sm90 (defa
 
 
 def _load(path):
+    """The registry at `path`, which must exist and hold an index (only generate creates one);
+    entries refused at load are named one per line on stderr, not as Python warnings."""
+    import warnings
     from .cli import fail
     from .registry import Registry, RegistryError
     try:
-        return Registry.load(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reg = Registry.load(path)
     except RegistryError as e:
         fail(str(e))
+    if not (reg.root / "index.json").is_file():
+        fail(f"registry {reg.root} has no index.json: not a cudal2 registry (only `cudal2 generate` creates one)")
+    for key, why in reg.bad:
+        typer.echo(f"refused entry {key}: {why}", err=True)
+    return reg
 
 
 _QUIET = {"split_k=1", "subtile=1", "warp_spec=0", "cluster=1"}
@@ -69,6 +79,10 @@ def show_cmd(problem: str = typer.Argument(..., help="MxNxK[:layout], e.g. 4096x
     reg = _load(registry)
     p = Problem.parse(problem, None if ":" in problem else layout)
     hits = [e for e in reg.all(device) if e.problem == p.text]
+    refused = [k for k, _ in reg.bad if k.endswith(f"/{p.text}") and (device is None or k == f"{device}/{p.text}")]
+    if refused and not hits:
+        fail(f"the entry for {p} in {reg.root} was refused at load (above); `cudal2 registry verify` lists every "
+             "bad entry", code=1)
     if not hits:
         fail(f"no entry for {p}" + (f" on {device}" if device else "") + f" in {reg.root}", code=1)
     refused = False
@@ -140,6 +154,9 @@ def export_cmd(dest: str = typer.Argument(..., help="directory to write (index.j
         out = reg.export(dest, device)
     except RegistryError as e:
         fail(str(e), code=1)
+        return
+    except OSError as e:        # a destination that cannot be written (read-only, /proc, a file)
+        fail(f"cannot export to {dest}: {e.strerror or e}", code=1)
         return
     typer.echo(f"exported {len(Registry.load(out).all())} entries to {out}")
 

@@ -288,6 +288,13 @@ def _choose(problem: Problem, dev, idx: int, strict: bool):
     reg = get_registry()
     if reg is None:
         return None, "torch: registry unreadable"
+    why = reg.refused(problem, dev.key)
+    if why:     # a corrupt or hand-edited entry for this very problem: cuBLAS, not a neighbour's kernel
+        msg = f"cudal2 registry {reg.root}: entry {dev.key}/{problem} was refused at load ({why}); using torch.matmul"
+        if strict:
+            raise RegistryError(msg)
+        _warn_once(msg)
+        return None, f"torch: entry refused at load ({why})"
     for e in reg.candidates(problem, dev.key, dev):
         if e.backend == "cublas":
             return _cublas_choice(reg, e, problem, idx)

@@ -50,7 +50,7 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
         entry.times = {**entry.times, "best_kernel_us": t, "best_kernel_spec": spec.text}
         entry.lt_algo = lt_algo
     from .registry import Registry
-    reg = Registry.load(registry_path)
+    reg = Registry.load(registry_path, create=True)
     old = reg.lookup(Problem.parse(problem), device_key)
     if old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0):
         return None
@@ -66,7 +66,7 @@ def record_cublas(registry_path, problem: str | Problem, device_key: str, baseli
         raise RegistryError(f"{device_key}/{p}: record_cublas needs the measured baseline times")
     name = min(baselines_us, key=baselines_us.get)
     from .registry import Registry
-    reg = Registry.load(registry_path)
+    reg = Registry.load(registry_path, create=True)
     if reg.lookup(p, device_key) is not None and not force:
         return None
     e = Entry(problem=p.text, device=device_key, backend="cublas", time_us=baselines_us[name],
