@@ -34,6 +34,7 @@ _F16 = torch.float16
 _Tensor = torch.Tensor
 _CONTIGUOUS = torch.contiguous_format
 _is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
 _linear = torch.nn.functional.linear
 _ALIGN = 16              # bytes: the vector loads / cp.async / TMA of every backend need 16-byte bases
 _MASK = _ALIGN - 1
@@ -93,7 +94,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, layout: str = "nn", out: torch.T
     registry's kernel for this problem; anything else is computed by torch.matmul (see module doc).
     strict=True raises instead of falling back where the input is not one cudal2 tunes (not CUDA,
     not float16) or a registry entry is refused; "cuBLAS won" / "no entry" still use torch.matmul,
-    since that is the tuned answer."""
+    since that is the tuned answer. Gradients flow through every plan: when a or b requires grad
+    the call goes through the op `cudal2::hgemm`, whose backward runs its two GEMMs through cudal2."""
     if _is_compiling():
         r = torch.ops.cudal2.hgemm(a, b, layout)
         if out is None:
@@ -107,6 +109,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, layout: str = "nn", out: torch.T
         plan = _make_plan(a, b, layout, strict)
     except AttributeError:
         raise TypeError(f"cudal2.matmul takes tensors, got {type(a).__name__} and {type(b).__name__}") from None
+    # Autograd must record the call: the op carries the backward. requires_grad first, since
+    # inference tensors rarely need it and two attribute reads cost less than the grad-mode query.
+    if (a.requires_grad or b.requires_grad) and _grad_enabled():
+        if out is not None:
+            raise RuntimeError("cudal2.matmul(out=...) does not support automatic differentiation, but a or b "
+                               "requires grad (as torch.matmul); drop out= or run under torch.no_grad()")
+        return torch.ops.cudal2.hgemm(a, b, layout)
     return plan(a, b, out)
 
 
@@ -383,13 +392,25 @@ def _setup(ctx, inputs, output):
 
 
 def _backward(ctx, g):
+    """The two GEMMs of the backward, each through the op (so cudal2 serves it where the registry
+    has it, torch.matmul elsewhere; under torch.compile it stays one traced node). The operand
+    that must be transposed (A^T, g^T) is a view: torch plans take it as is, kernel plans copy it
+    dense first (the kernels read row-major A)."""
     a, b = ctx.saved_tensors
-    a2, g2 = a.reshape(-1, a.shape[-1]), g.reshape(-1, g.shape[-1])
-    if ctx.layout == "nn":        # C = A B:   dA = g B^T, dB = A^T g
-        da, db = g2 @ b.t(), a2.t() @ g2
-    else:                         # C = A B^T: dA = g B,   dB = g^T A
-        da, db = g2 @ b, g2.t() @ a2
-    return da.reshape(a.shape), db, None
+    g2 = g.reshape(-1, g.shape[-1])
+    da = db = None
+    if ctx.needs_input_grad[0]:
+        # nn, C = A B:   dA = g B^T, the nt problem (M, K, N) with b [K, N] as its [N', K'] operand.
+        # nt, C = A B^T: dA = g B,   the nn problem (M, K, N).
+        da = _hgemm(g2, b, "nt" if ctx.layout == "nn" else "nn").reshape(a.shape)
+    if ctx.needs_input_grad[1]:
+        a2 = a.reshape(-1, a.shape[-1])
+        # nn: dB = A^T g [K, N], the nn problem (K, N, M); nt: dB = g^T A [N, K], the nn problem (N, K, M).
+        db = _hgemm(a2.t(), g2, "nn") if ctx.layout == "nn" else _hgemm(g2.t(), a2, "nn")
+    return da, db, None
+
+
+_hgemm = torch.ops.cudal2.hgemm
 
 
 torch.library.register_autograd("cudal2::hgemm", _backward, setup_context=_setup)
