@@ -14,8 +14,16 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                   help="Generate, check and compare half-precision GEMM kernels against cuBLAS.")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+        typer.echo(f"cudal2 {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
     """cudal2: RL-searched HGEMM kernels for Hopper, judged against cuBLAS by GPU time."""
 
 
