@@ -116,6 +116,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, layout: str = "nn", out: torch.T
             raise RuntimeError("cudal2.matmul(out=...) does not support automatic differentiation, but a or b "
                                "requires grad (as torch.matmul); drop out= or run under torch.no_grad()")
         return torch.ops.cudal2.hgemm(a, b, layout)
+    if out is None:     # the common call: the plan's own no-out path, one Python frame fewer
+        return plan.new(a, b)
     return plan(a, b, out)
 
 
@@ -129,10 +131,14 @@ def _check_out(out, shape, dtype, dev):
 
 class _TorchPlan:
     """cuBLAS (or the CPU) through torch.matmul: nothing tuned beats it, or the input is not ours."""
-    __slots__ = ("nt", "shape", "dtype", "dev", "info")
+    __slots__ = ("nt", "shape", "dtype", "dev", "info", "new")
 
     def __init__(self, layout, shape, dtype, dev, info):
         self.nt, self.shape, self.dtype, self.dev, self.info = layout == "nt", shape, dtype, dev, info
+        # matmul calls this directly when out is None: torch's own function, no plan frame between.
+        # F.linear(a, b) is at::matmul(a, b.t()) without building the transposed view in Python;
+        # a 2-D nn product is at::matmul's mm, called without matmul's dimension dispatch.
+        self.new = _linear if self.nt else torch.mm if len(shape) == 2 else torch.matmul
 
     def __call__(self, a, b, out):
         if out is None:
@@ -144,7 +150,7 @@ class _TorchPlan:
 
 class _KernelPlan:
     """A registry kernel behind the generic Kernel contract: a, b, c made 2-d, dense and aligned."""
-    __slots__ = ("kernel", "kern", "mk", "mn", "shape", "flat", "dev", "guard", "info")
+    __slots__ = ("kernel", "kern", "mk", "mn", "shape", "flat", "dev", "guard", "info", "new")
 
     def __init__(self, kern, M, N, K, shape, dev, info):
         self.kernel = kern
@@ -156,6 +162,12 @@ class _KernelPlan:
         self.flat = len(shape) != 2
         # With several GPUs the launch must happen on the tensors' device, not the current one.
         self.guard = torch.cuda.device_count() > 1
+        self.new = self._new()
+
+    def _new(self):
+        """f(a, b): the call without out= (what matmul calls then)."""
+        call = self.__call__
+        return lambda a, b: call(a, b, None)
 
     def __call__(self, a, b, out):
         if self.flat:
@@ -198,14 +210,37 @@ class _BoundPlan(_KernelPlan):
     __slots__ = ("launch", "dims", "abytes", "bbytes", "cbytes", "didx")
 
     def __init__(self, kern, M, N, K, shape, dev, info):
-        super().__init__(kern, M, N, K, shape, dev, info)
         self.launch = kern.bind(M, N, K)
         # torch.empty(*ints) parses in about half the time of torch.empty(torch.Size) (~1 vs ~2 µs).
         self.dims = tuple(int(x) for x in shape)
+        super().__init__(kern, M, N, K, shape, dev, info)
         self.abytes, self.bbytes, self.cbytes = 2 * M * K, 2 * N * K, 2 * M * N
         self.didx = dev.index if dev.type == "cuda" and dev.index is not None else -1
 
+    def _new(self):
+        """The out=None path as a closure: everything it reads is a local bound once here, not an
+        attribute looked up per call (the same checks as __call__: dense, 16-byte aligned a and b,
+        else a dense copy; a fresh output from the caching allocator)."""
+        launch, dims, dev, guard = self.launch, self.dims, self.dev, self.guard
+        empty, f16, contiguous, mask = torch.empty, _F16, _CONTIGUOUS, _MASK
+
+        def new(a, b):
+            if a.data_ptr() & mask or not a.is_contiguous():
+                a = a.clone(memory_format=contiguous)
+            if b.data_ptr() & mask or not b.is_contiguous():
+                b = b.clone(memory_format=contiguous)
+            c = empty(*dims, dtype=f16, device=dev)
+            if guard:
+                with torch.cuda.device(dev):
+                    launch(a, b, c)
+            else:
+                launch(a, b, c)
+            return c
+        return new
+
     def __call__(self, a, b, out):
+        if out is None:
+            return self.new(a, b)
         pa = a.data_ptr()
         if pa & _MASK or not a.is_contiguous():
             a = a.clone(memory_format=_CONTIGUOUS)
@@ -214,14 +249,6 @@ class _BoundPlan(_KernelPlan):
         if pb & _MASK or not b.is_contiguous():
             b = b.clone(memory_format=_CONTIGUOUS)
             pb = b.data_ptr()
-        if out is None:
-            c = torch.empty(*self.dims, dtype=_F16, device=self.dev)
-            if self.guard:
-                with torch.cuda.device(self.dev):
-                    self.launch(a, b, c)
-            else:
-                self.launch(a, b, c)
-            return c
         if (out.__class__ is not _Tensor or out.dtype is not _F16 or out.shape != self.shape
                 or out.get_device() != self.didx):
             _check_out(out, self.shape, _F16, self.dev)      # raises unless a subclass that fits
