@@ -75,16 +75,24 @@ def test_cli_examples_run(workdir):
         assert r.returncode == 0, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
         assert "Traceback" not in r.stdout + r.stderr, cmd
         ran.append((cmd, r.stdout))
+        if "--replay" in cmd:
+            replay_err = r.stderr
     outs = dict(ran)
-    assert len(ran) >= 9
+    assert len(ran) == 10
     interp = next(o for c, o in ran if "--interpret" in c)
     assert interp.count("PASS") == 6
     replay = next(o for c, o in ran if "--replay" in c)
     assert "5 shapes," in replay and "evaluations replayed from the store" in replay
+    # The progress line counts the shapes whose kernel beat best-cuBLAS in the full pass (it said 0
+    # beside rows of 1.03-1.11x when the registry kept a faster entry).
+    rows = [ln.split("│") for ln in replay.splitlines() if ln.startswith("│")]
+    wins = sum(float(cols[7].strip().rstrip("x")) > 1.0 for cols in rows if cols[7].strip() != "-")
+    assert f"kernel beats best-cuBLAS on {wins} " in replay_err
     assert (workdir / "runs" / "registry" / "index.json").is_file()          # outputs under runs/
     assert sorted(os.listdir(workdir)) == ["bench", "config.json", "runs"]    # and nothing else
     assert "1000 ok, 0 bad" in outs["cudal2 registry verify --render"]
     assert (workdir / "runs" / "my-registry" / "index.json").is_file()
+    assert "0 entries re-rendered" in outs["cudal2 registry rerender --registry runs/my-registry"]
     probs = outs["cudal2 problems --hf-config config.json --tokens 1,16,128,2048"].split()
     assert "1x1024x1024:nt" in probs and "2048x8192x1024:nt" in probs
 

@@ -13,10 +13,10 @@ HOW_TO_FIX = (
     "The shipped kernels were checked and timed as the sources they were filed with; a change to "
     "kernels_triton/, kernels_cuda/ or a backend's render makes the backend render different code "
     "for them, so dispatch refuses them and falls back to torch. Either revert the change, or "
-    "re-file the shapes listed on an H200: `cudal2 registry export DIR`, then `cudal2 generate "
-    "--shapes SHAPES --registry DIR ...` (bench/grid_search.sh) or re-render the sources and re-run "
-    "`cudal2 registry verify --gpu --render --registry DIR` on the card, and copy DIR/index.json to "
-    "src/cudal2/registry/ and DIR/kernels_*/generated/ to kernels_*/generated/.")
+    "`cudal2 registry export DIR` and then re-render (`cudal2 registry rerender --registry DIR`, "
+    "then `cudal2 registry verify --gpu --render --registry DIR` on an H200) or re-file the shapes "
+    "listed there (`cudal2 generate --shapes SHAPES --registry DIR ...`, bench/grid_search.sh), and "
+    "copy DIR/index.json to src/cudal2/registry/ and DIR/kernels_*/generated/ to kernels_*/generated/.")
 
 
 def orphan_report(results) -> str:
@@ -79,3 +79,27 @@ def test_cli_verify_names_the_orphaned_entry(tmp_path, edit):
     assert r.exit_code == 1
     assert f"bad entry {e.key}: " in r.output and want in r.output
     assert f"{1000 - n} ok, {n} bad" in r.output
+
+
+def test_rerender_repairs_an_exported_copy(tmp_path, monkeypatch):
+    """The re-render step the message names: after a family edit, the exported copy's orphaned
+    entries get new sources, their checks marked not re-run, and the copy verifies again."""
+    from typer.testing import CliRunner
+    from cudal2.backends import triton as tb
+    from cudal2.cli import app
+    runner = CliRunner()
+    dest = tmp_path / "reg"
+    assert runner.invoke(app, ["registry", "export", str(dest)]).exit_code == 0
+    monkeypatch.setattr(tb, "FOOTER", tb.FOOTER + "# an edit\n")
+    r = runner.invoke(app, ["registry", "rerender"])
+    assert r.exit_code == 1 and "the shipped registry is read-only here" in r.output
+    r = runner.invoke(app, ["registry", "rerender", "--registry", str(dest)])
+    assert r.exit_code == 0 and "77 entries re-rendered; re-check them on a card" in r.output
+    reg = Registry.load(dest)
+    assert all(r.ok for r in reg.verify(gpu=False, render=True))
+    moved = [e for e in reg.all() if e.backend == "triton"]
+    assert all(e.check["passed"] is None and "rerendered_from" in e.times for e in moved)
+    assert all(e.check.get("passed") is not False for e in reg.all() if e.backend == "cuda")
+    r = runner.invoke(app, ["registry", "rerender", "--registry", str(dest)])
+    assert r.exit_code == 0 and "0 entries re-rendered" in r.output
+

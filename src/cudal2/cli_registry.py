@@ -4,6 +4,7 @@
   cudal2 registry show   PROBLEM [--device KEY] [--registry PATH] [--json]
   cudal2 registry verify [--registry PATH] [--gpu/--no-gpu] [--render]   exit 1 naming each bad entry
   cudal2 registry export DIR [--registry PATH] [--device KEY]
+  cudal2 registry rerender --registry PATH     re-render entries whose kernel family changed
   cudal2 problems --hf-config config.json --tokens 1,16,128,2048 [--layout nt] [--json]
 
 --registry defaults to $CUDAL2_REGISTRY, else the registry shipped in the package.
@@ -244,6 +245,26 @@ def apply_margin_cmd(margin: float = typer.Option(..., "--margin", help="a kerne
         fail(str(e), code=1)
 
 
+def rerender_cmd(registry: Optional[str] = _REG_OPT) -> None:
+    """Re-render kernel entries whose family changed since filing (new sources, checks marked not re-run)."""
+    from .cli import fail
+    from .registry import RegistryError
+    reg = _load(registry)
+    if reg.shipped:
+        fail("the shipped registry is read-only here: export it, re-render the copy, verify it with --gpu "
+             "on a card, ship that", code=1)
+        return
+    try:
+        changed = reg.rerender()
+    except (RegistryError, ValueError, OSError) as e:
+        fail(str(e).splitlines()[0] if str(e) else type(e).__name__, code=1)
+        return
+    for e in changed:
+        typer.echo(f"re-rendered {e.key}: {e.source}")
+    typer.echo(f"{len(changed)} entries re-rendered" + ("; re-check them on a card: cudal2 registry verify --gpu "
+                                                         f"--render --registry {reg.root}" if changed else ""))
+
+
 def register(app) -> None:
     reg_app = typer.Typer(no_args_is_help=True, help="Inspect, verify and export the kernel registry.")
     reg_app.command("list")(list_cmd)
@@ -252,5 +273,6 @@ def register(app) -> None:
     reg_app.command("export")(export_cmd)
     reg_app.command("attach-lt")(attach_lt_cmd)
     reg_app.command("apply-margin")(apply_margin_cmd)
+    reg_app.command("rerender")(rerender_cmd)
     app.add_typer(reg_app, name="registry")
     app.command("problems")(problems_cmd)

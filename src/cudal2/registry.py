@@ -355,6 +355,36 @@ class Registry:
             self.entries = fresh.entries
         return changed
 
+    def rerender(self) -> list[Entry]:
+        """Re-render every kernel entry whose backend no longer renders its spec to the stored source
+        (a kernel family or backend edited since filing): write the new source, point the entry at
+        it and mark its check as not yet re-run (`check.passed` None, `times.rerendered_from` the old
+        sha256). One index write; returns the changed entries, which must pass `verify --gpu
+        --render` on a card (and be re-timed) before they are shipped."""
+        from .backends import get_backend
+        from .spec import KernelSpec
+        with _locked(self.root):
+            fresh = Registry.load(self.root)
+            changed = []
+            for e in fresh.all():
+                if e.backend == "cublas":
+                    continue
+                text = get_backend(e.backend).render(KernelSpec.parse(e.spec), e.prob)
+                sha = sha256_text(text)
+                if sha == e.sha256:
+                    continue
+                e.times = {**e.times, "rerendered_from": e.sha256}
+                e.check = {**e.check, "passed": None, "reason": "re-rendered; re-check with verify --gpu --render"}
+                e.sha256 = sha
+                e.source = f"kernels_{e.backend}/generated/{e.device}/{sha[:16]}{SUFFIX[e.backend]}"
+                e.validate()
+                _atomic_write(fresh.source_path(e), text)
+                changed.append(e)
+            if changed:
+                _atomic_write(self.root / "index.json", fresh.to_json())
+            self.entries = fresh.entries
+        return changed
+
     def export(self, dest: str | os.PathLike, device_key: str | None = None) -> Path:
         """A standalone user registry in `dest`: index.json plus every source it names (verified)."""
         dest = Path(dest)
