@@ -164,3 +164,26 @@ def test_version_and_help():
     funcs = text[text.index("FUNCTIONS"):]
     for name in ("matmul(", "patch_linear(", "unpatch_linear("):
         assert name in funcs
+
+
+@pytest.mark.parametrize("exc,code,want", [
+    (RegistryError("registry /x does not exist"), 2, "error: registry /x does not exist"),
+    (ZeroDivisionError("division by zero"), 1,
+     "error: internal error, ZeroDivisionError: division by zero (CUDAL2_DEBUG=1 shows the traceback)"),
+])
+def test_cli_main_never_prints_a_traceback(monkeypatch, capsys, exc, code, want):
+    """Whatever escapes a command (a RegistryError from a path deep inside compare, or a bug) ends
+    as one line and a non-zero exit; CUDAL2_DEBUG=1 re-raises for whoever debugs it."""
+    import cudal2.cli as cli
+
+    def boom():
+        raise exc
+    monkeypatch.setattr(cli, "app", boom)
+    monkeypatch.delenv("CUDAL2_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as ex:
+        cli.main()
+    assert ex.value.code == code and capsys.readouterr().err == want + "\n"
+    monkeypatch.setenv("CUDAL2_DEBUG", "1")
+    if code == 1:
+        with pytest.raises(ZeroDivisionError):
+            cli.main()

@@ -46,13 +46,22 @@ _register()
 
 
 def main() -> None:
+    import os
     from .problems import ProblemError
+    from .registry_entry import RegistryError
     from .spec import SpecError
     try:
         app()
-    except (UserError, ProblemError, SpecError) as e:
+    except (UserError, ProblemError, SpecError, RegistryError) as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)
+    except Exception as e:      # a bug, not a user error: still one line; CUDAL2_DEBUG=1 shows the traceback
+        if os.environ.get("CUDAL2_DEBUG"):
+            raise
+        first = (str(e).splitlines() or [""])[0]
+        typer.echo(f"error: internal error, {type(e).__name__}: {first} (CUDAL2_DEBUG=1 shows the traceback)",
+                   err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
