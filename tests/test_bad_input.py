@@ -187,3 +187,14 @@ def test_cli_main_never_prints_a_traceback(monkeypatch, capsys, exc, code, want)
     if code == 1:
         with pytest.raises(ZeroDivisionError):
             cli.main()
+
+
+def test_generate_never_files_into_the_shipped_registry(tmp_path, monkeypatch):
+    """The replay used to file into the installed package's registry when no --registry was given."""
+    from cudal2.registry import shipped_root
+    monkeypatch.setenv("CUDAL2_REGISTRY", str(shipped_root()))
+    r = invoke("generate", "--replay", tmp_path / "none.db", "--shapes", "64x64x64", "--store", tmp_path / "s.db")
+    assert r.exit_code == 2 and "is the shipped registry, which generate does not write" in r.output
+    monkeypatch.delenv("CUDAL2_REGISTRY")
+    r = invoke("generate", "--replay", tmp_path / "none.db", "--shapes", "64x64x64", "--store", tmp_path / "s.db")
+    assert r.exit_code == 2 and "no such store" in r.output          # the default (runs/registry) passes

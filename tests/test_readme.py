@@ -9,7 +9,7 @@ The rule, applied to README.md's fenced blocks:
 - The commands run in a temp directory, so what they write (runs/, exports) lands there; it holds
   a link to the checkout's bench/ (the committed store the replay reads) and a small decoder
   config.json for `cudal2 problems --hf-config config.json`.
-Each must exit 0 with no traceback. Together about 70 s on 2 cores.
+Each must exit 0 with no traceback. Together about 40-80 s on 2 cores (the replay is most of it).
 """
 import json
 import os

@@ -169,6 +169,10 @@ def generate_cmd(
         import os
         from .registry import ENV
         registry = os.environ.get(ENV) or DEFAULT_REGISTRY
+    from .registry import shipped_root
+    if Path(registry).resolve() == shipped_root().resolve():
+        fail(f"--registry {registry} is the shipped registry, which generate does not write: export it "
+             "(cudal2 registry export DIR) and file into the copy")
 
     from .device import gpu_available
     from .store import Store, StoreError
