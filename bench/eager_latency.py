@@ -1,6 +1,7 @@
 """Eager latency of cudal2.matmul vs torch.matmul (and of the bare kernel launch), and patched vs
 unpatched HF forward passes.
 
+  source bench/device_env.sh && python3 bench/eager_latency.py --tokens ''   # issue 18's check, shipped registry
   python bench/eager_latency.py                                   # registry: $CUDAL2_REGISTRY or shipped
   python bench/eager_latency.py --default-kernels tiled --out /tmp/out
   python bench/eager_latency.py --default-kernels tiled,persistent,mma,wgmma --tokens 1,16,128 --out $OUT
@@ -8,7 +9,10 @@ unpatched HF forward passes.
 Part 1, per small shape and per kernel family: host wall µs per call (PROTOCOL "eager latency": N
 calls then one sync, cudal2.timing.eager) of
   cudal2 / cudal2_out       cudal2.matmul(a, b, layout=...) without / with out=
-  torch / torch_out         torch.matmul(a, b or b.t()) without / with out=
+  torch / torch_out         torch.matmul(a, b or b.t()) without / with out= (nt: b.t() made once,
+                            outside the timed call, as before issue 18)
+  torch_t / linear          nt only: torch.matmul(a, b.t()) with the transpose in the call, and
+                            F.linear(a, b): what a caller holding the same (a, b) writes
   launch                    the bare kernel launch the plan makes (bound launcher, output given)
   jit                       Triton only: the same launch through the JIT (JITFunction[grid](...)),
                             the path every call took before the direct launch (issue 6)
@@ -20,9 +24,11 @@ eager wall time of a forward pass, patched (cudal2.patch_linear) vs unpatched, p
 
 --default-kernels builds, per family, a registry in a temp directory holding the family's default
 spec for every benchmarked problem (no times recorded: it measures dispatch and launch cost, not
-tuning). Writes exactly two files, <out>/<stem>.csv (part 1 and part 2 rows, a `part` column) and
-<out>/<stem>.json (the same plus meta), stem = eager_latency[_<families>]; --out defaults to
-bench/results/<device key>.
+tuning). Writes exactly two files, <out>/<stem>.csv (part 1 and part 2 rows, a `part` column; every
+row carries the device key, the commit and the command) and <out>/<stem>.json (the same plus meta),
+stem = eager_latency_<device key>_<commit>[_<families>]; --out defaults to bench/results/<device key>.
+The last lines printed say, for 64x64x64:nn and 1x4096x4096:nt (issue 18), whether cudal2.matmul's
+eager time is at most torch.matmul's.
 """
 from __future__ import annotations
 
@@ -53,7 +59,7 @@ def build_registry(root: Path, family: str, problems, dev) -> list[str]:
     from cudal2.backends import get_backend
     from cudal2.registry import Entry, Registry
     from cudal2.spec import SpecError, default_spec
-    reg = Registry.load(root)
+    reg = Registry.load(root, create=True)
     skipped = []
     for p in problems:
         try:
@@ -88,6 +94,9 @@ def bench_shapes(problems, calls: int, family: str) -> list[dict]:
                "cudal2_out": lambda: cudal2.matmul(a, b, layout=lay, out=c1),
                "torch": lambda: torch.matmul(a, bt),
                "torch_out": lambda: torch.matmul(a, bt, out=c2)}
+        if lay == "nt":
+            fns["torch_t"] = lambda: torch.matmul(a, b.t())
+            fns["linear"] = lambda: torch.nn.functional.linear(a, b)
         for _ in range(3):                               # plan, first (JIT) launch, then direct
             fns["cudal2"]()
             fns["cudal2_out"]()
@@ -112,7 +121,7 @@ def bench_shapes(problems, calls: int, family: str) -> list[dict]:
         row["eager_ratio"] = row["cudal2_eager_us"] / row["torch_eager_us"]
         row["gpu_speedup"] = row["torch_gpu_us"] / row["cudal2_gpu_us"]
         rows.append(row)
-        extra = "".join(f"  {n} {row[f'{n}_eager_us']:6.2f}" for n in ("launch", "jit") if n in fns)
+        extra = "".join(f"  {n} {row[f'{n}_eager_us']:6.2f}" for n in ("torch_t", "linear", "launch", "jit") if n in fns)
         print(f"{family:>10} {p.text:>18}  eager {row['cudal2_eager_us']:6.2f} (out {row['cudal2_out_eager_us']:6.2f})"
               f" vs torch {row['torch_eager_us']:6.2f} (out {row['torch_out_eager_us']:6.2f}) µs{extra}   "
               f"gpu {row['cudal2_gpu_us']:7.2f} vs {row['torch_gpu_us']:7.2f} µs   {row['direct']}  {served}",
@@ -147,6 +156,13 @@ def bench_model(tokens, calls: int, family: str) -> list[dict]:
               f"(x{row['gpu_speedup']:.3f})  eager {row['patched_eager_us']:9.1f} vs {row['unpatched_eager_us']:9.1f} µs  "
               f"rel err {err:.2e}", flush=True)
     return rows
+
+
+def _nvmath_status() -> str:
+    """Whether cuBLAS entries can dispatch to cuBLASLt here (else they go to torch.matmul)."""
+    from cudal2.lt_dispatch import lt_version
+    v = lt_version()
+    return f"cuBLASLt {v}" if v is not None else "unavailable (cuBLAS entries use torch.matmul)"
 
 
 def main(argv=None) -> int:
@@ -198,9 +214,16 @@ def main(argv=None) -> int:
         shapes += bench_shapes(problems, args.calls, fam or "registry")
         if i == 0 and tokens:
             model = bench_model(tokens, args.calls, fam or "registry")
+    from cudal2.versions import source_commit
+    import shlex
+    commit = source_commit()
+    command = shlex.join(["python3", sys.argv[0], *(sys.argv[1:] if argv is None else argv)])
+    meta.update(commit=commit, command=command, nvmath=_nvmath_status())
+    for r in shapes + model:
+        r.update(device=dev.key, commit=commit, command=command)
     out = Path(args.out) if args.out else Path(__file__).resolve().parent / "results" / dev.key
     out.mkdir(parents=True, exist_ok=True)
-    stem = "eager_latency" + ("" if not families else "_" + "-".join(families))
+    stem = f"eager_latency_{dev.key}_{commit}" + ("" if not families else "_" + "-".join(families))
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "shapes": shapes, "model": model}, indent=1))
     rows = shapes + model
     with open(out / f"{stem}.csv", "w", newline="") as f:
@@ -208,6 +231,11 @@ def main(argv=None) -> int:
         w.writeheader()
         w.writerows(rows)
     print(f"wrote {out}/{stem}.json, .csv")
+    for r in shapes:        # issue 18's target: cudal2.matmul's eager time at most torch.matmul's
+        if r["problem"] in ("64x64x64:nn", "1x4096x4096:nt"):
+            ok = r["cudal2_eager_us"] <= r["torch_eager_us"]
+            print(f"{r['family']} {r['problem']}: cudal2 {r['cudal2_eager_us']:.2f} µs vs torch {r['torch_eager_us']:.2f} µs "
+                  f"-> {'<= torch' if ok else 'SLOWER than torch'} ({r['served_by']})")
     for tmp in tmps:
         tmp.cleanup()
     return 0

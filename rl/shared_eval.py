@@ -149,12 +149,13 @@ class SharedEvaluator:
                 self.cache[key] = m
                 self._origin[key] = "run"
                 new.append(m)
-            a["unique"] += len(new)
             rows = []
             for m in new:
                 if (profile, problem.text, m.spec) not in self._stored:
                     self._stored.add((profile, problem.text, m.spec))
                     rows.append(_copy(m))
+            # Measurements new to this store: a replay answers many asked specs with one stored row.
+            a["unique"] += len(rows)
             if rows and self.store is not None:
                 self.store.add(rows, run_id=self.run_id)   # one transaction per call
             if self.model is not None:

@@ -77,7 +77,7 @@ def test_read_tune_cache_keeps_the_newest_version(tmp_path):
 
 def test_attach_lt_cli_updates_cublas_entries_only(tmp_path):
     root = tmp_path / "reg"
-    reg = Registry.load(root)
+    reg = Registry.load(root, create=True)
     reg.add(cub("64x64x64:nn", torch=2.0, **{"cublaslt-autotune": 1.5}), None)
     reg.add(cub("128x64x64:nn", torch=2.0), None)
     spec = "backend=triton family=tiled bm=64 bn=64 bk=64 warps=4 stages=4 group_m=8"

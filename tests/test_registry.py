@@ -214,7 +214,7 @@ def test_apply_margin_refiles_thin_wins(tmp_path):
     """Entries filed before --file-margin: a win under the margin becomes a cuBLAS entry (the
     kernel's figures kept in `times`), a clear win and a cuBLAS entry stay; the algorithm comes
     from the autotune cache where it has the problem; export then carries only named sources."""
-    reg = Registry.load(tmp_path / "a")
+    reg = Registry.load(tmp_path / "a", create=True)
     reg.add(entry("128x128x128", t=10.0, best=12.0), src("clear"))
     reg.add(entry("256x256x256", t=9.95, best=10.0), src("thin"))        # 1.005x
     reg.add(entry("64x64x64", None, t=5.0, best=5.0), None)
@@ -247,7 +247,7 @@ def test_apply_margin_refiles_thin_wins(tmp_path):
 
 
 def test_export_is_standalone(tmp_path):
-    reg = Registry.load(tmp_path / "a")
+    reg = Registry.load(tmp_path / "a", create=True)
     reg.add(entry("128x128x128"), src("one"))
     reg.add(entry("64x64x64", None), None)
     res = runner.invoke(app, ["registry", "export", str(tmp_path / "b"), "--registry", str(tmp_path / "a")])

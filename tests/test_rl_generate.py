@@ -69,6 +69,10 @@ def test_generate_replay_writes_registry(replay_store, tmp_path):
                 want = get_backend(spec.backend).render(spec, p)
                 assert (tmp_path / "reg" / e["source"]).read_text() == want
     assert "speedup" in r.stdout and SHAPES[0].text in r.stdout
+    # The totals count what was replayed into the run's store, not every spec the policy asked for.
+    with Store(tmp_path / "run.db") as st:
+        n = len(st.measurements())
+    assert f"2 shapes, {n} evaluations replayed from the store" in r.stdout
 
 
 def test_generate_errors_are_one_line(tmp_path, replay_store):

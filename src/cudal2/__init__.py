@@ -20,6 +20,11 @@ _LAZY = {"matmul": ("ops", "matmul"), "patch_linear": ("linear", "patch_linear")
          "unpatch_linear": ("linear", "unpatch_linear")}
 
 
+def __dir__() -> list[str]:
+    # The lazy names too, so help(cudal2) and tab completion list the public functions.
+    return sorted(set(globals()) | set(_LAZY))
+
+
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib

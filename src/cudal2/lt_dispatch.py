@@ -115,6 +115,7 @@ class LtKernel:
         self.handle = resources()["lt"]
         self.ws_bytes = WORKSPACE_BYTES
         self._ws: dict = {}
+        self._ws_ptr: dict = {}
         self._self_check()
 
     def _self_check(self) -> None:
@@ -155,6 +156,7 @@ class LtKernel:
         bdesc, adesc, cdesc = plan.bdesc, plan.adesc, plan.cdesc
         nt = self.problem.layout == "nt"
         get_dev, get_stream, ws_for, wsb = device_getter(), stream_getter(), self._workspace, self.ws_bytes
+        ws_ptrs = self._ws_ptr       # (device, stream) -> pointer, read inline: no method call per launch
 
         def launch(a, b, c):
             pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
@@ -164,7 +166,7 @@ class LtKernel:
                 return
             dev = get_dev()
             s = get_stream(dev)
-            ws = ws_for(dev, s)
+            ws = ws_ptrs.get((dev, s)) or ws_for(dev, s)
             matmul(handle, desc, alpha, pb, bdesc, pa, adesc, beta, pc, cdesc, pc, cdesc, algo, ws, wsb, s)
         return launch
 
@@ -172,4 +174,5 @@ class LtKernel:
         w = self._ws.get((dev, stream))
         if w is None:
             w = self._ws[(dev, stream)] = torch.empty(self.ws_bytes, dtype=torch.uint8, device=f"cuda:{dev}")
+            self._ws_ptr[(dev, stream)] = w.data_ptr()
         return w.data_ptr()

@@ -34,6 +34,7 @@ _F16 = torch.float16
 _Tensor = torch.Tensor
 _CONTIGUOUS = torch.contiguous_format
 _is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
 _linear = torch.nn.functional.linear
 _ALIGN = 16              # bytes: the vector loads / cp.async / TMA of every backend need 16-byte bases
 _MASK = _ALIGN - 1
@@ -93,7 +94,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, layout: str = "nn", out: torch.T
     registry's kernel for this problem; anything else is computed by torch.matmul (see module doc).
     strict=True raises instead of falling back where the input is not one cudal2 tunes (not CUDA,
     not float16) or a registry entry is refused; "cuBLAS won" / "no entry" still use torch.matmul,
-    since that is the tuned answer."""
+    since that is the tuned answer. Gradients flow through every plan: when a or b requires grad
+    the call goes through the op `cudal2::hgemm`, whose backward runs its two GEMMs through cudal2."""
     if _is_compiling():
         r = torch.ops.cudal2.hgemm(a, b, layout)
         if out is None:
@@ -107,6 +109,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, layout: str = "nn", out: torch.T
         plan = _make_plan(a, b, layout, strict)
     except AttributeError:
         raise TypeError(f"cudal2.matmul takes tensors, got {type(a).__name__} and {type(b).__name__}") from None
+    # Autograd must record the call: the op carries the backward. requires_grad first, since
+    # inference tensors rarely need it and two attribute reads cost less than the grad-mode query.
+    if (a.requires_grad or b.requires_grad) and _grad_enabled():
+        if out is not None:
+            raise RuntimeError("cudal2.matmul(out=...) does not support automatic differentiation, but a or b "
+                               "requires grad (as torch.matmul); drop out= or run under torch.no_grad()")
+        return torch.ops.cudal2.hgemm(a, b, layout)
+    if out is None:     # the common call: the plan's own no-out path, one Python frame fewer
+        return plan.new(a, b)
     return plan(a, b, out)
 
 
@@ -120,10 +131,14 @@ def _check_out(out, shape, dtype, dev):
 
 class _TorchPlan:
     """cuBLAS (or the CPU) through torch.matmul: nothing tuned beats it, or the input is not ours."""
-    __slots__ = ("nt", "shape", "dtype", "dev", "info")
+    __slots__ = ("nt", "shape", "dtype", "dev", "info", "new")
 
     def __init__(self, layout, shape, dtype, dev, info):
         self.nt, self.shape, self.dtype, self.dev, self.info = layout == "nt", shape, dtype, dev, info
+        # matmul calls this directly when out is None: torch's own function, no plan frame between.
+        # F.linear(a, b) is at::matmul(a, b.t()) without building the transposed view in Python;
+        # a 2-D nn product is at::matmul's mm, called without matmul's dimension dispatch.
+        self.new = _linear if self.nt else torch.mm if len(shape) == 2 else torch.matmul
 
     def __call__(self, a, b, out):
         if out is None:
@@ -135,7 +150,7 @@ class _TorchPlan:
 
 class _KernelPlan:
     """A registry kernel behind the generic Kernel contract: a, b, c made 2-d, dense and aligned."""
-    __slots__ = ("kernel", "kern", "mk", "mn", "shape", "flat", "dev", "guard", "info")
+    __slots__ = ("kernel", "kern", "mk", "mn", "shape", "flat", "dev", "guard", "info", "new")
 
     def __init__(self, kern, M, N, K, shape, dev, info):
         self.kernel = kern
@@ -147,6 +162,12 @@ class _KernelPlan:
         self.flat = len(shape) != 2
         # With several GPUs the launch must happen on the tensors' device, not the current one.
         self.guard = torch.cuda.device_count() > 1
+        self.new = self._new()
+
+    def _new(self):
+        """f(a, b): the call without out= (what matmul calls then)."""
+        call = self.__call__
+        return lambda a, b: call(a, b, None)
 
     def __call__(self, a, b, out):
         if self.flat:
@@ -189,14 +210,37 @@ class _BoundPlan(_KernelPlan):
     __slots__ = ("launch", "dims", "abytes", "bbytes", "cbytes", "didx")
 
     def __init__(self, kern, M, N, K, shape, dev, info):
-        super().__init__(kern, M, N, K, shape, dev, info)
         self.launch = kern.bind(M, N, K)
         # torch.empty(*ints) parses in about half the time of torch.empty(torch.Size) (~1 vs ~2 µs).
         self.dims = tuple(int(x) for x in shape)
+        super().__init__(kern, M, N, K, shape, dev, info)
         self.abytes, self.bbytes, self.cbytes = 2 * M * K, 2 * N * K, 2 * M * N
         self.didx = dev.index if dev.type == "cuda" and dev.index is not None else -1
 
+    def _new(self):
+        """The out=None path as a closure: everything it reads is a local bound once here, not an
+        attribute looked up per call (the same checks as __call__: dense, 16-byte aligned a and b,
+        else a dense copy; a fresh output from the caching allocator)."""
+        launch, dims, dev, guard = self.launch, self.dims, self.dev, self.guard
+        empty, f16, contiguous, mask = torch.empty, _F16, _CONTIGUOUS, _MASK
+
+        def new(a, b):
+            if a.data_ptr() & mask or not a.is_contiguous():
+                a = a.clone(memory_format=contiguous)
+            if b.data_ptr() & mask or not b.is_contiguous():
+                b = b.clone(memory_format=contiguous)
+            c = empty(*dims, dtype=f16, device=dev)
+            if guard:
+                with torch.cuda.device(dev):
+                    launch(a, b, c)
+            else:
+                launch(a, b, c)
+            return c
+        return new
+
     def __call__(self, a, b, out):
+        if out is None:
+            return self.new(a, b)
         pa = a.data_ptr()
         if pa & _MASK or not a.is_contiguous():
             a = a.clone(memory_format=_CONTIGUOUS)
@@ -205,14 +249,6 @@ class _BoundPlan(_KernelPlan):
         if pb & _MASK or not b.is_contiguous():
             b = b.clone(memory_format=_CONTIGUOUS)
             pb = b.data_ptr()
-        if out is None:
-            c = torch.empty(*self.dims, dtype=_F16, device=self.dev)
-            if self.guard:
-                with torch.cuda.device(self.dev):
-                    self.launch(a, b, c)
-            else:
-                self.launch(a, b, c)
-            return c
         if (out.__class__ is not _Tensor or out.dtype is not _F16 or out.shape != self.shape
                 or out.get_device() != self.didx):
             _check_out(out, self.shape, _F16, self.dev)      # raises unless a subclass that fits
@@ -288,6 +324,13 @@ def _choose(problem: Problem, dev, idx: int, strict: bool):
     reg = get_registry()
     if reg is None:
         return None, "torch: registry unreadable"
+    why = reg.refused(problem, dev.key)
+    if why:     # a corrupt or hand-edited entry for this very problem: cuBLAS, not a neighbour's kernel
+        msg = f"cudal2 registry {reg.root}: entry {dev.key}/{problem} was refused at load ({why}); using torch.matmul"
+        if strict:
+            raise RegistryError(msg)
+        _warn_once(msg)
+        return None, f"torch: entry refused at load ({why})"
     for e in reg.candidates(problem, dev.key, dev):
         if e.backend == "cublas":
             return _cublas_choice(reg, e, problem, idx)
@@ -376,13 +419,25 @@ def _setup(ctx, inputs, output):
 
 
 def _backward(ctx, g):
+    """The two GEMMs of the backward, each through the op (so cudal2 serves it where the registry
+    has it, torch.matmul elsewhere; under torch.compile it stays one traced node). The operand
+    that must be transposed (A^T, g^T) is a view: torch plans take it as is, kernel plans copy it
+    dense first (the kernels read row-major A)."""
     a, b = ctx.saved_tensors
-    a2, g2 = a.reshape(-1, a.shape[-1]), g.reshape(-1, g.shape[-1])
-    if ctx.layout == "nn":        # C = A B:   dA = g B^T, dB = A^T g
-        da, db = g2 @ b.t(), a2.t() @ g2
-    else:                         # C = A B^T: dA = g B,   dB = g^T A
-        da, db = g2 @ b, g2.t() @ a2
-    return da.reshape(a.shape), db, None
+    g2 = g.reshape(-1, g.shape[-1])
+    da = db = None
+    if ctx.needs_input_grad[0]:
+        # nn, C = A B:   dA = g B^T, the nt problem (M, K, N) with b [K, N] as its [N', K'] operand.
+        # nt, C = A B^T: dA = g B,   the nn problem (M, K, N).
+        da = _hgemm(g2, b, "nt" if ctx.layout == "nn" else "nn").reshape(a.shape)
+    if ctx.needs_input_grad[1]:
+        a2 = a.reshape(-1, a.shape[-1])
+        # nn: dB = A^T g [K, N], the nn problem (K, N, M); nt: dB = g^T A [N, K], the nn problem (N, K, M).
+        db = _hgemm(a2.t(), g2, "nn") if ctx.layout == "nn" else _hgemm(g2.t(), a2, "nn")
+    return da, db, None
+
+
+_hgemm = torch.ops.cudal2.hgemm
 
 
 torch.library.register_autograd("cudal2::hgemm", _backward, setup_context=_setup)

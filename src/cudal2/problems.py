@@ -126,6 +126,9 @@ def parse_shapes(arg: str, layout: str = "nn") -> list[Problem]:
         return read_shape_file(arg, layout)
     if not arg:
         raise ProblemError("no shapes given")
+    # One word with a path's marks (or no digit at all) that is no file: say so, not "not MxNxK".
+    if "," not in arg and not _SHAPE_RE.match(arg) and ("/" in arg or "." in arg or not any(c.isdigit() for c in arg)):
+        raise ProblemError(f"--shapes {arg!r}: no such file, and not grid, grid:N or MxNxK[,MxNxK...]")
     # `layout` is the default; a shape's own `:nt` / `:nn` suffix wins.
     return [Problem.parse(s, None if ":" in s else layout) for s in arg.split(",") if s.strip()]
 

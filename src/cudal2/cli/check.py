@@ -14,6 +14,48 @@ from typing import Optional
 import typer
 
 
+# Kernel size arguments and index arithmetic are 32-bit: no operand may reach 2^31 elements.
+MAX_ELEMENTS = 2**31 - 1
+# Triton's interpreter runs each tile's dot in numpy: the five checks took 11 s at 256x256x256 and
+# 34 s at 1024x1024x16 (128x256x64 tiles, 2^24 and 2^26 multiply-adds over whole tiles; one CPU
+# core, 2026-12-03). Above 2^26 a check would run minutes to hours (1000000000x1x1: 10 min, 2.2 GB,
+# not finished), so it is refused.
+INTERPRET_MAX_MACS = 2**26
+
+
+def _size_refusal(problem) -> str | None:
+    """Why no backend can run `problem` at all (32-bit sizes), or None."""
+    p = problem
+    for name, n in (("A", p.M * p.K), ("B", p.K * p.N), ("C", p.M * p.N)):
+        if n > MAX_ELEMENTS:
+            return (f"{p.shape}: {name} would have {n:.3g} elements; cudal2 kernels take at most 2^31-1 "
+                    "per operand (32-bit sizes and offsets)")
+    return None
+
+
+def _interpret_refusal(problem, spec) -> str | None:
+    """Why the interpreter would take too long on `problem` with `spec`'s tiles, or None."""
+    p = problem
+    macs = (-(-p.M // spec.bm) * spec.bm) * (-(-p.N // spec.bn) * spec.bn) * (-(-p.K // spec.bk) * spec.bk)
+    if macs > INTERPRET_MAX_MACS:
+        return (f"--interpret: {p.shape} is {macs:.3g} multiply-adds over this spec's {spec.bm}x{spec.bn}x{spec.bk} "
+                f"tiles; the Triton interpreter is limited to 2^26 ({INTERPRET_MAX_MACS}, about 30 s on a CPU "
+                "core): use a smaller shape, or a GPU")
+    return None
+
+
+def _memory_refusal(problem) -> str | None:
+    """Why the checker's tensors would not fit in the GPU's free memory, or None. The checks hold
+    A, B and C in fp16 with guard bands and a second copy, plus an fp32 reference of C."""
+    import torch
+    p = problem
+    need = 2 * 2 * (p.M * p.K + p.K * p.N + p.M * p.N) + 2 * 4 * p.M * p.N
+    free, _ = torch.cuda.mem_get_info()
+    if need > free:
+        return f"{p.shape}: the checks need about {need / 2**30:.1f} GiB of GPU memory; {free / 2**30:.1f} GiB is free"
+    return None
+
+
 def _resolve_spec(backend: str, family: Optional[str], spec_text: str, problem, device):
     from ..spec import FAMILIES, KernelSpec, SpecError, default_spec, validate
     if backend not in FAMILIES:
@@ -52,6 +94,8 @@ def check_cmd(
     from ..problems import Problem, ProblemError
     from ..spec import SpecError
 
+    if backend not in ("triton", "cuda"):
+        fail(f"--backend {backend!r}: choose triton or cuda")
     if interpret:
         if backend != "triton":
             fail("--interpret runs Triton kernels only; the CUDA backend needs a GPU (or --compile-only)")
@@ -61,6 +105,9 @@ def check_cmd(
 
     try:
         problem = Problem.parse(shape, layout)
+        too_big = _size_refusal(problem)
+        if too_big:
+            fail(too_big)
         if interpret or compile_only or not gpu_available():
             device = DeviceInfo.target(arch)
         else:
@@ -72,6 +119,10 @@ def check_cmd(
 
     if not (interpret or compile_only or gpu_available()):
         fail("no CUDA GPU here: use --interpret (Triton, small shapes on the CPU) or --compile-only", code=3)
+    too_big = (_interpret_refusal(problem, kspec) if interpret
+               else None if compile_only else _memory_refusal(problem))
+    if too_big:
+        fail(too_big)
     from ..backends import CompileError, get_backend
     be = get_backend(backend)
     if compile_only:

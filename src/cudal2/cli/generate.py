@@ -26,6 +26,31 @@ import typer
 from ..problems import Problem
 
 _BACKENDS = {"triton": ("triton",), "cuda": ("cuda",), "both": ("triton", "cuda")}
+# Everything generate writes by default goes under this one directory (git-ignored), never into the
+# current directory or the installed package's registry.
+RUNS = "runs"
+DEFAULT_STORE = f"{RUNS}/generate.sqlite"
+DEFAULT_REGISTRY = f"{RUNS}/registry"
+
+
+def _replay_copy(path: str):
+    """(SQLite path, temp dir or None): a gzip-compressed store (the committed `.db.gz`) is
+    decompressed into a temp dir the caller removes; anything else is used as it is."""
+    import gzip
+    import shutil
+    import tempfile
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b":
+            return path, None
+    tmp = tempfile.TemporaryDirectory(prefix="cudal2-replay-")
+    out = Path(tmp.name) / "replay.sqlite"
+    try:
+        with gzip.open(path, "rb") as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    except (OSError, EOFError) as e:
+        tmp.cleanup()
+        raise ValueError(f"--replay {path}: not a readable gzip file ({e})") from None
+    return str(out), tmp
 
 
 def _replay_device(store, device_key: str):
@@ -75,10 +100,14 @@ def generate_cmd(
     budget: int = typer.Option(32, "--budget", help="evaluations (distinct specs) per shape"),
     group: int = typer.Option(8, "--group", help="GRPO group size: candidates sampled per update"),
     policy: str = typer.Option("default", "--policy", help="default (tiny transformer) or hf:PATH"),
-    store_path: str = typer.Option("cudal2_runs.db", "--store", help="SQLite store of every measurement"),
-    registry: Optional[str] = typer.Option(None, "--registry", help="registry directory (default: $CUDAL2_REGISTRY or the shipped one)"),
+    store_path: str = typer.Option(DEFAULT_STORE, "--store", help="SQLite store of every measurement (its policy "
+                                   f"checkpoints go to STORE.ckpt/); default under {RUNS}/, which git ignores"),
+    registry: Optional[str] = typer.Option(None, "--registry", help="registry directory the winners are filed in "
+                                           f"(default: $CUDAL2_REGISTRY, else {DEFAULT_REGISTRY}; the shipped one "
+                                           "is never written)"),
     resume: bool = typer.Option(False, "--resume", help="continue a killed run: skip what the store has, restore the policy"),
-    replay: Optional[str] = typer.Option(None, "--replay", help="a store to replay measurements from (no GPU)"),
+    replay: Optional[str] = typer.Option(None, "--replay", help="a store to replay measurements from (no GPU); "
+                                         "SQLite or gzip-compressed SQLite (the committed .db.gz)"),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="ray or ray:ADDRESS to evaluate on a Ray cluster"),
     seed: int = typer.Option(0, "--seed", help="seed of the policy's initialisation and sampling"),
     workers: Optional[int] = typer.Option(None, "--workers", help="CPU compile workers (default: all cores)"),
@@ -137,15 +166,25 @@ def generate_cmd(
     if replay and Path(replay).resolve() == Path(store_path).resolve():
         fail("--replay and --store are the same file: write the replayed run to a different store")
 
+    if registry is None:
+        import os
+        from ..registry import ENV
+        registry = os.environ.get(ENV) or DEFAULT_REGISTRY
+    from ..registry import shipped_root
+    if Path(registry).resolve() == shipped_root().resolve():
+        fail(f"--registry {registry} is the shipped registry, which generate does not write: export it "
+             "(cudal2 registry export DIR) and file into the copy")
+
     from ..device import gpu_available
     from ..store import Store, StoreError
-    evaluator = None
+    evaluator = replay_tmp = None
     try:
         if replay:
             if not Path(replay).is_file():
                 fail(f"--replay {replay}: no such store")
             from ..rl.replay import ReplayEvaluator
-            src = Store(replay)
+            replay_db, replay_tmp = _replay_copy(replay)
+            src = Store(replay_db)
             evaluator = ReplayEvaluator(src)
             device_key = evaluator.device_key
             device = _replay_device(src, device_key)
@@ -165,6 +204,8 @@ def generate_cmd(
     except (StoreError, ValueError, OSError) as e:
         if evaluator is not None:
             evaluator.close()
+        if replay_tmp is not None:
+            replay_tmp.cleanup()
         fail(str(e).splitlines()[0])
         return
 
@@ -189,9 +230,13 @@ def generate_cmd(
         return
     finally:
         evaluator.close()
+        if replay_tmp is not None:
+            replay_tmp.cleanup()
     _summary(results, device_key, store_path)
-    _totals(results, shared, time.monotonic() - t_start)
+    _totals(results, shared, time.monotonic() - t_start, replayed=bool(replay))
     store.close()
+    if results:
+        typer.echo(f"registry: {registry} (serve it: CUDAL2_REGISTRY={registry}); store: {store_path}")
     if left:
         typer.echo(f"stopped at the time limit: {left} of {len(problems)} shapes not finished; "
                    "run the same command with --resume to go on")
@@ -254,7 +299,8 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
             results.append((out, action))
             totals["evals"] += out["evaluations"] + out["full_evaluations"]
             totals["fail"] += sum(out["failures_screen"].values()) + sum(out["failures_full"].values())
-            totals["won"] += action.startswith("filed") and "cublas" not in action
+            # A kernel that beat best-cublas in the full pass, whether or not it cleared the filing margin.
+            totals["won"] += bool(out["winner"] is not None and (out["full_speedup"] or 0) > 1.0)
             prog.update(task, evals=totals["evals"], fail=totals["fail"], won=totals["won"])
             prog.advance(task)
         prog.update(task, description="shapes")
@@ -308,7 +354,7 @@ def _summary(results, device_key: str, store_path: str) -> None:
     (con if con.is_terminal else Console(width=260)).print(t)
 
 
-def _totals(results, shared, wall_s: float) -> None:
+def _totals(results, shared, wall_s: float, replayed: bool = False) -> None:
     """Totals of the run: evaluations, failures by reason, evaluator seconds (the GPU worker's share:
     prepare + check + time; compile is CPU work in the pools), wall seconds."""
     from collections import Counter
@@ -319,7 +365,8 @@ def _totals(results, shared, wall_s: float) -> None:
     tot = shared.totals()
     ph = tot["phase_s"]
     gpu = sum(ph.get(k, 0.0) for k in ("prepare", "check", "time"))
-    typer.echo(f"{len(results)} shapes, {tot['unique']} new evaluations ({tot['reused'] + tot['resumed']} reused), "
+    what = "evaluations replayed from the store" if replayed else "new evaluations"
+    typer.echo(f"{len(results)} shapes, {tot['unique']} {what} ({tot['reused'] + tot['resumed']} reused), "
                f"wall {wall_s:.1f} s, evaluator {tot['eval_s']:.1f} s: "
                + ", ".join(f"{k} {v:.1f}" for k, v in ph.items()) + f" (GPU worker {gpu:.1f} s)")
     if fails:

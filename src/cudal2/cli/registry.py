@@ -4,6 +4,7 @@
   cudal2 registry show   PROBLEM [--device KEY] [--registry PATH] [--json]
   cudal2 registry verify [--registry PATH] [--gpu/--no-gpu] [--render]   exit 1 naming each bad entry
   cudal2 registry export DIR [--registry PATH] [--device KEY]
+  cudal2 registry rerender --registry PATH     re-render entries whose kernel family changed
   cudal2 problems --hf-config config.json --tokens 1,16,128,2048 [--layout nt] [--json]
 
 --registry defaults to $CUDAL2_REGISTRY, else the registry shipped in the package.
@@ -20,12 +21,22 @@ _DEV_OPT = typer.Option(None, "--device", help="device key, e.g. h200-sm90 (defa
 
 
 def _load(path):
+    """The registry at `path`, which must exist and hold an index (only generate creates one);
+    entries refused at load are named one per line on stderr, not as Python warnings."""
+    import warnings
     from .errors import fail
     from ..registry import Registry, RegistryError
     try:
-        return Registry.load(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reg = Registry.load(path)
     except RegistryError as e:
         fail(str(e))
+    if not (reg.root / "index.json").is_file():
+        fail(f"registry {reg.root} has no index.json: not a cudal2 registry (only `cudal2 generate` creates one)")
+    for key, why in reg.bad:
+        typer.echo(f"refused entry {key}: {why}", err=True)
+    return reg
 
 
 _QUIET = {"split_k=1", "subtile=1", "warp_spec=0", "cluster=1"}
@@ -69,6 +80,10 @@ def show_cmd(problem: str = typer.Argument(..., help="MxNxK[:layout], e.g. 4096x
     reg = _load(registry)
     p = Problem.parse(problem, None if ":" in problem else layout)
     hits = [e for e in reg.all(device) if e.problem == p.text]
+    refused = [k for k, _ in reg.bad if k.endswith(f"/{p.text}") and (device is None or k == f"{device}/{p.text}")]
+    if refused and not hits:
+        fail(f"the entry for {p} in {reg.root} was refused at load (above); `cudal2 registry verify` lists every "
+             "bad entry", code=1)
     if not hits:
         fail(f"no entry for {p}" + (f" on {device}" if device else "") + f" in {reg.root}", code=1)
     refused = False
@@ -140,6 +155,9 @@ def export_cmd(dest: str = typer.Argument(..., help="directory to write (index.j
         out = reg.export(dest, device)
     except RegistryError as e:
         fail(str(e), code=1)
+        return
+    except OSError as e:        # a destination that cannot be written (read-only, /proc, a file)
+        fail(f"cannot export to {dest}: {e.strerror or e}", code=1)
         return
     typer.echo(f"exported {len(Registry.load(out).all())} entries to {out}")
 
@@ -227,6 +245,26 @@ def apply_margin_cmd(margin: float = typer.Option(..., "--margin", help="a kerne
         fail(str(e), code=1)
 
 
+def rerender_cmd(registry: Optional[str] = _REG_OPT) -> None:
+    """Re-render kernel entries whose family changed since filing (new sources, checks marked not re-run)."""
+    from .errors import fail
+    from ..registry import RegistryError
+    reg = _load(registry)
+    if reg.shipped:
+        fail("the shipped registry is read-only here: export it, re-render the copy, verify it with --gpu "
+             "on a card, ship that", code=1)
+        return
+    try:
+        changed = reg.rerender()
+    except (RegistryError, ValueError, OSError) as e:
+        fail(str(e).splitlines()[0] if str(e) else type(e).__name__, code=1)
+        return
+    for e in changed:
+        typer.echo(f"re-rendered {e.key}: {e.source}")
+    typer.echo(f"{len(changed)} entries re-rendered" + ("; re-check them on a card: cudal2 registry verify --gpu "
+                                                         f"--render --registry {reg.root}" if changed else ""))
+
+
 def register(app) -> None:
     reg_app = typer.Typer(no_args_is_help=True, help="Inspect, verify and export the kernel registry.")
     reg_app.command("list")(list_cmd)
@@ -235,5 +273,6 @@ def register(app) -> None:
     reg_app.command("export")(export_cmd)
     reg_app.command("attach-lt")(attach_lt_cmd)
     reg_app.command("apply-margin")(apply_margin_cmd)
+    reg_app.command("rerender")(rerender_cmd)
     app.add_typer(reg_app, name="registry")
     app.command("problems")(problems_cmd)

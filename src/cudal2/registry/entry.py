@@ -3,6 +3,7 @@ structural validation (no file access). The on-disk layout is described in cudal
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -24,6 +25,10 @@ def check_margin(margin: float) -> None:
     """The filing margin is a ratio over best-cublas: at least 1.0 (1.0: any win files a kernel)."""
     if not margin >= 1.0:
         raise RegistryError(f"the filing margin must be >= 1.0 (a ratio over best-cublas), got {margin}")
+
+
+def _time_ok(x) -> bool:
+    return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0)
 
 
 def sha256_text(text: str) -> str:
@@ -81,6 +86,25 @@ class Entry:
         e.validate()
         return e
 
+    def _validate_types(self) -> None:
+        """Field types an index edited by hand can break: a time that is not a positive number, a
+        dict that is not one; list, show and dispatch read these without further checks."""
+        for name in ("time_us", "best_cublas_us"):
+            if not _time_ok(getattr(self, name)):
+                raise RegistryError(f"{self.key}: {name} must be a positive number or null, got {getattr(self, name)!r}")
+        for name in ("baselines_us", "times", "check", "versions"):
+            if not isinstance(getattr(self, name), dict):
+                raise RegistryError(f"{self.key}: {name} must be an object, got {getattr(self, name)!r}")
+        bad = {k: v for k, v in self.baselines_us.items() if not isinstance(k, str) or not _time_ok(v)}
+        if bad:
+            raise RegistryError(f"{self.key}: baselines_us must map names to positive numbers, got {bad!r}")
+        for name in ("spec", "best_cublas", "source", "sha256"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str):
+                raise RegistryError(f"{self.key}: {name} must be a string, got {v!r}")
+        if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+            raise RegistryError(f"{self.key}: sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
+
     def validate(self) -> None:
         """Structural checks (no file access): backend, problem text, spec, source path form."""
         if self.backend not in BACKENDS:
@@ -91,6 +115,7 @@ class Entry:
             raise RegistryError(f"{self.key}: bad problem: {e}") from None
         if p.text != self.problem:
             raise RegistryError(f"{self.key}: problem text is not canonical (expected {p.text})")
+        self._validate_types()
         if self.lt_algo is not None:
             a = self.lt_algo
             words = a.get("data") if isinstance(a, dict) else None

@@ -147,18 +147,23 @@ class Registry:
 
     # ---- loading -------------------------------------------------------------------------------
     @classmethod
-    def load(cls, path: str | os.PathLike | None = None) -> "Registry":
+    def load(cls, path: str | os.PathLike | None = None, create: bool = False) -> "Registry":
         """Load `path` (a root directory or its index.json); None: $CUDAL2_REGISTRY, else shipped.
 
-        A missing index is an empty registry (so a new user registry can be created by add()).
-        An index that is not valid JSON or not a cudal2 registry raises RegistryError; single
-        malformed entries are refused with a warning naming them (listed in `.bad`).
+        A root that does not exist raises RegistryError unless `create` (what filing does: add()
+        then makes it), so a mistyped path is never read as an empty registry. An existing
+        directory without an index is an empty registry. An index that is not valid JSON or not a
+        cudal2 registry raises RegistryError; single malformed entries are refused with a warning
+        naming them (listed in `.bad`).
         """
         root = Path(path) if path is not None else default_root()
         if root.name == "index.json":
             root = root.parent
         elif root.is_file():
             raise RegistryError(f"registry {root} is a file; give the registry directory (or its index.json)")
+        if not create and not root.is_dir():
+            raise RegistryError(f"registry {root} does not exist (only `cudal2 generate` creates one; "
+                                "`cudal2 registry export DIR` copies the shipped one)")
         shipped = root.resolve() == shipped_root().resolve()
         reg = cls(root, shipped)
         idx = root / "index.json"
@@ -209,6 +214,11 @@ class Registry:
 
     def lookup(self, problem: Problem, device_key: str) -> Entry | None:
         return self.entries.get(device_key, {}).get(problem.text)
+
+    def refused(self, problem: Problem, device_key: str) -> str | None:
+        """Why the index's entry for `problem` was refused at load, or None."""
+        key = f"{device_key}/{problem.text}"
+        return next((why for k, why in self.bad if k == key), None)
 
     def candidates(self, problem: Problem, device_key: str, device=None,
                    max_distance: float | None = None) -> list[Entry]:
@@ -330,6 +340,36 @@ class Registry:
                 e.backend, e.spec, e.source, e.sha256 = "cublas", "", None, None
                 e.time_us = e.best_cublas_us
                 e.validate()
+                changed.append(e)
+            if changed:
+                _atomic_write(self.root / "index.json", fresh.to_json())
+            self.entries = fresh.entries
+        return changed
+
+    def rerender(self) -> list[Entry]:
+        """Re-render every kernel entry whose backend no longer renders its spec to the stored source
+        (a kernel family or backend edited since filing): write the new source, point the entry at
+        it and mark its check as not yet re-run (`check.passed` None, `times.rerendered_from` the old
+        sha256). One index write; returns the changed entries, which must pass `verify --gpu
+        --render` on a card (and be re-timed) before they are shipped."""
+        from ..backends import get_backend
+        from ..spec import KernelSpec
+        with _locked(self.root):
+            fresh = Registry.load(self.root)
+            changed = []
+            for e in fresh.all():
+                if e.backend == "cublas":
+                    continue
+                text = get_backend(e.backend).render(KernelSpec.parse(e.spec), e.prob)
+                sha = sha256_text(text)
+                if sha == e.sha256:
+                    continue
+                e.times = {**e.times, "rerendered_from": e.sha256}
+                e.check = {**e.check, "passed": None, "reason": "re-rendered; re-check with verify --gpu --render"}
+                e.sha256 = sha
+                e.source = f"kernels_{e.backend}/generated/{e.device}/{sha[:16]}{SUFFIX[e.backend]}"
+                e.validate()
+                _atomic_write(fresh.source_path(e), text)
                 changed.append(e)
             if changed:
                 _atomic_write(self.root / "index.json", fresh.to_json())

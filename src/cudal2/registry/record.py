@@ -48,7 +48,7 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
         # Keep what the best kernel reached, for the record; the entry dispatches to cuBLAS.
         entry.times = {**entry.times, "best_kernel_us": t, "best_kernel_spec": spec.text}
         entry.lt_algo = lt_algo
-    reg = Registry.load(registry_path)
+    reg = Registry.load(registry_path, create=True)
     old = reg.lookup(Problem.parse(problem), device_key)
     if old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0):
         return None
@@ -63,7 +63,7 @@ def record_cublas(registry_path, problem: str | Problem, device_key: str, baseli
     if not baselines_us:
         raise RegistryError(f"{device_key}/{p}: record_cublas needs the measured baseline times")
     name = min(baselines_us, key=baselines_us.get)
-    reg = Registry.load(registry_path)
+    reg = Registry.load(registry_path, create=True)
     if reg.lookup(p, device_key) is not None and not force:
         return None
     e = Entry(problem=p.text, device=device_key, backend="cublas", time_us=baselines_us[name],

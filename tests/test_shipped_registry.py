@@ -1,0 +1,105 @@
+"""CI guard of the registry the package ships: every entry verifies on a CPU (`cudal2 registry verify
+--render`: the index parses, each kernel's stored source hashes to its sha256, its spec is valid for
+its problem, and the backend still renders the spec to exactly that source). An edit to
+kernels_triton/ or kernels_cuda/ that changes what a shipped spec renders would otherwise leave
+CI green while those entries are refused at run time and every such call falls back to torch.
+About 4 s on 2 cores (2026-12-03).
+"""
+import pytest
+
+from cudal2.registry import Registry
+
+HOW_TO_FIX = (
+    "The shipped kernels were checked and timed as the sources they were filed with; a change to "
+    "kernels_triton/, kernels_cuda/ or a backend's render makes the backend render different code "
+    "for them, so dispatch refuses them and falls back to torch. Either revert the change, or "
+    "`cudal2 registry export DIR` and then re-render (`cudal2 registry rerender --registry DIR`, "
+    "then `cudal2 registry verify --gpu --render --registry DIR` on an H200) or re-file the shapes "
+    "listed there (`cudal2 generate --shapes SHAPES --registry DIR ...`, bench/grid_search.sh), and "
+    "copy DIR/index.json to src/cudal2/registry/ and DIR/kernels_*/generated/ to kernels_*/generated/.")
+
+
+def orphan_report(results) -> str:
+    bad = [r for r in results if not r.ok]
+    shapes = sorted({r.entry.split("/", 1)[1].split(":")[0] for r in bad})
+    head = "; ".join(r.reason for r in bad[:3])
+    return (f"{len(bad)} shipped registry entries fail `cudal2 registry verify --render` "
+            f"(first: {head}). Shapes: {','.join(shapes)}. {HOW_TO_FIX}")
+
+
+def test_shipped_registry_verifies_on_cpu():
+    reg = Registry.load()
+    assert reg.shipped and not reg.bad, reg.bad
+    res = reg.verify(gpu=False, render=True)
+    assert len(res) == len(reg.all()) >= 1000
+    assert all(r.ok for r in res), orphan_report(res)
+    kernels = [r for r in res if "render ok" in r.reason]
+    assert len(kernels) == sum(e.backend != "cublas" for e in reg.all()) == 81
+
+
+def test_a_kernel_source_edit_fails_with_how_to_fix(monkeypatch):
+    """What CI says when a Triton family's source changes: every shipped Triton entry is named bad,
+    and the message says how to re-file or re-render (here the edit is a line appended to every
+    rendering, which is what any edit to kernels_triton/tiled.py amounts to for the hash)."""
+    from cudal2.backends import triton as tb
+    monkeypatch.setattr(tb, "FOOTER", tb.FOOTER + "# an edit\n")
+    reg = Registry.load()
+    res = reg.verify(gpu=False, render=True)
+    bad = [r for r in res if not r.ok]
+    assert len(bad) == sum(e.backend == "triton" for e in reg.all()) == 77
+    assert all("no longer renders this spec" in r.reason for r in bad)
+    msg = orphan_report(res)
+    assert msg.startswith("77 shipped registry entries fail") and "re-file" in msg and "re-render" in msg
+
+
+@pytest.mark.parametrize("edit", ["source", "index"])
+def test_cli_verify_names_the_orphaned_entry(tmp_path, edit):
+    """The same check from the command line on an exported copy: exit 1, the entry named."""
+    import json
+    from typer.testing import CliRunner
+    from cudal2.cli import app
+    runner = CliRunner()
+    r = runner.invoke(app, ["registry", "export", str(tmp_path / "reg")])
+    assert r.exit_code == 0 and "exported 1000 entries" in r.output
+    reg = Registry.load(tmp_path / "reg")
+    e = next(x for x in reg.all() if x.backend == "triton")
+    n = 1
+    if edit == "source":        # content-addressed: every entry sharing the file goes bad with it
+        n = sum(x.source == e.source for x in reg.all())
+        path = reg.source_path(e)
+        path.write_text(path.read_text() + "# edited\n")
+        want = "edited or corrupt"
+    else:
+        idx = tmp_path / "reg" / "index.json"
+        data = json.loads(idx.read_text())
+        data["devices"][e.device]["entries"][e.problem]["time_us"] = "abc"
+        idx.write_text(json.dumps(data))
+        want = "time_us must be a positive number or null, got 'abc'"
+    r = runner.invoke(app, ["registry", "verify", "--render", "--no-gpu", "--registry", str(tmp_path / "reg")])
+    assert r.exit_code == 1
+    assert f"bad entry {e.key}: " in r.output and want in r.output
+    assert f"{1000 - n} ok, {n} bad" in r.output
+
+
+def test_rerender_repairs_an_exported_copy(tmp_path, monkeypatch):
+    """The re-render step the message names: after a family edit, the exported copy's orphaned
+    entries get new sources, their checks marked not re-run, and the copy verifies again."""
+    from typer.testing import CliRunner
+    from cudal2.backends import triton as tb
+    from cudal2.cli import app
+    runner = CliRunner()
+    dest = tmp_path / "reg"
+    assert runner.invoke(app, ["registry", "export", str(dest)]).exit_code == 0
+    monkeypatch.setattr(tb, "FOOTER", tb.FOOTER + "# an edit\n")
+    r = runner.invoke(app, ["registry", "rerender"])
+    assert r.exit_code == 1 and "the shipped registry is read-only here" in r.output
+    r = runner.invoke(app, ["registry", "rerender", "--registry", str(dest)])
+    assert r.exit_code == 0 and "77 entries re-rendered; re-check them on a card" in r.output
+    reg = Registry.load(dest)
+    assert all(r.ok for r in reg.verify(gpu=False, render=True))
+    moved = [e for e in reg.all() if e.backend == "triton"]
+    assert all(e.check["passed"] is None and "rerendered_from" in e.times for e in moved)
+    assert all(e.check.get("passed") is not False for e in reg.all() if e.backend == "cuda")
+    r = runner.invoke(app, ["registry", "rerender", "--registry", str(dest)])
+    assert r.exit_code == 0 and "0 entries re-rendered" in r.output
+
