@@ -205,7 +205,7 @@ DEVI void stream_body(const f16_t* __restrict__ A, const f16_t* __restrict__ B, 
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
             // Unrolled so the loads of several partials are in flight together (the adds stay in order).
-#pragma unroll 2
+#pragma unroll (X_KCONTIG && Y_VEC ? 4 : 2)
             for (int pp = pf; pp <= pl; ++pp) {
                 const int sl = cta_start(pp, sp) < ts ? 1 : 0;
                 const float* src = ws + ((long long)(pp * 2 + sl) * WARPS + warp) * (BMW * BN);

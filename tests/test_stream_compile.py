@@ -29,6 +29,7 @@ SPECS = [
     "bm=256 bn=16 warps=8 stages=6 split_k=2",
     "bm=128 bn=64 warps=8 stages=4 split_k=2",
     "bm=128 bn=32 warps=4 stages=6 split_k=8",
+    "bm=64 bn=16 warps=2 stages=12 split_k=16",
 ]
 
 
