@@ -37,8 +37,10 @@
 //     weight pieces bypass it (.cg). Pieces of tokens >= T or rows >= R are not loaded at all: an
 //     MMA output column (row) depends only on its own B column (A row), and those outputs are never
 //     stored. Pieces past K are zero-filled on both sides.
-//     (nn with M > N: the small operand B [K, N] is not K-contiguous; it is read element-wise,
-//     one chunk ahead in registers.)
+//     (nn with M > N: the small operand B [K, N] is not K-contiguous. With N % 8 == 0 each warp
+//     copies its [32 k][BN] tile of B into its lanes' token pieces (swizzled) and reads the B
+//     fragments with ldmatrix.trans, rows picked for the same k permutation; otherwise B is read
+//     element-wise, one chunk ahead in registers.)
 //   N-contiguous (nn B with M <= N): a per-warp cp.async ring of STAGES slots of [32 k][BMW rows],
 //     XOR-swizzled, plus each lane's small-operand pieces; ldmatrix.trans with row addresses picked
 //     so the fragments come out in the same k permutation.
@@ -85,7 +87,18 @@ DEVI int swz_key(int kk) {
     return (kk >> 3) & 1;
 }
 
-// nn with A large: 8 consecutive k (k0 .. k0+7) of token t of the small B [K, N] (stride N),
+// nn with A large and N % 8 == 0: the warp's [32 k][BN] tile of the small B is kept in the lanes'
+// token pieces of a stage, piece (kk, chunk cc) at position kk * NI + (cc ^ swz_y(kk)) (position
+// pos = lane slot pos % 32 of piece 2 * MI + pos / 32); the 8 rows one ldmatrix phase reads get
+// distinct 16-byte bank groups for NI = 8.
+DEVI int swz_y(int kk) {
+    if (NI == 8) return (((kk >> 3) & 3) << 1) | (kk & 1);
+    if (NI == 4) return (kk >> 3) & 3;
+    if (NI == 2) return (kk >> 3) & 1;
+    return 0;
+}
+
+// nn with A large, N % 8 != 0: 8 consecutive k (k0 .. k0+7) of token t of the small B [K, N] (stride N),
 // packed as the B fragment wants them; zero when out of range.
 DEVI void load_small_strided(u32* y, const f16_t* __restrict__ Y, int t, int T, int k0, int K, int N, bool ok) {
     y[0] = y[1] = y[2] = y[3] = 0;
@@ -235,9 +248,14 @@ DEVI void stream_body(const f16_t* __restrict__ A, const f16_t* __restrict__ B, 
 
     if constexpr (X_KCONTIG) {
         // ---- private ring: slot piece pc of stage st of thread tid at ((st * PER + pc) * THREADS + tid) ----
-        constexpr int PER = 2 * MI + (Y_VEC ? NI : 0);
+        constexpr int PER = 2 * MI + NI;
         f16_t* ring = reinterpret_cast<f16_t*>(smem_raw);
         auto slot_addr = [&](int st, int piece) { return smem_u32(ring + ((st * PER + piece) * THREADS + tid) * 8); };
+        // nn with A large: B's [32 k][BN] tile through smem when its rows are 16-byte pieces.
+        const bool ytile = !Y_VEC && (N & 7) == 0;
+        auto ytile_addr = [&](int st, int pos) {
+            return smem_u32(ring + ((st * PER + 2 * MI + pos / 32) * THREADS + warp * 32 + pos % 32) * 8);
+        };
         auto issue = [&](const Cur& cu, int st) {
             const int k = cu.c * 32 + q * 8;
             const int kb = k < K ? 16 : 0;
@@ -256,6 +274,16 @@ DEVI void stream_body(const f16_t* __restrict__ A, const f16_t* __restrict__ B, 
 #pragma unroll
                 for (int j = 0; j < NI; ++j)
                     cp_async_16_ca_if(slot_addr(st, 2 * MI + j), yp + j * 8 * kstep, kb, t + j * 8 < T);
+            } else {
+                if (ytile) {
+#pragma unroll
+                    for (int m = 0; m < NI; ++m) {
+                        const int pos = m * 32 + lane, kk = pos / NI, cc = (pos % NI) ^ swz_y(kk);
+                        const int ky = cu.c * 32 + kk, t = cu.yi * BN + cc * 8;
+                        const bool ok = ky < K && t < T;          // T = N, N % 8 == 0: whole pieces
+                        cp_async_16_ca(slot_addr(st, 2 * MI + m), ok ? Y + (long long)ky * N + t : Y, ok ? 16 : 0);
+                    }
+                }
             }
         };
 #pragma unroll 1
@@ -263,11 +291,11 @@ DEVI void stream_body(const f16_t* __restrict__ A, const f16_t* __restrict__ B, 
             if (s < total) { issue(is, s); cur_next(is, nch, TY); }
             cp_async_commit();
         }
-        // nn with A large: B [K, N] is read element-wise, one chunk ahead in registers.
+        // nn with A large and N % 8 != 0: B [K, N] is read element-wise, one chunk ahead in registers.
         u32 ynext[Y_VEC ? 1 : NI][4];
         if constexpr (!Y_VEC) {
 #pragma unroll
-            for (int j = 0; j < NI; ++j) load_small_strided(ynext[j], Y, cs.yi * BN + j * 8 + g, T, cs.c * 32 + q * 8, K, N, true);
+            for (int j = 0; j < NI; ++j) load_small_strided(ynext[j], Y, cs.yi * BN + j * 8 + g, T, cs.c * 32 + q * 8, K, N, !ytile);
         }
         int st = 0, st_in = STAGES - 1;    // the stage to compute, the stage to refill
 #pragma unroll 1
@@ -281,6 +309,20 @@ DEVI void stream_body(const f16_t* __restrict__ A, const f16_t* __restrict__ B, 
             if constexpr (Y_VEC) {
 #pragma unroll
                 for (int j = 0; j < NI; ++j) lds_16(yb[j], slot_addr(st, 2 * MI + j));
+            } else if (ytile) {
+                __syncwarp();              // every lane's pieces of the tile landed
+                const int mq = lane >> 3, rr = lane & 7;
+#pragma unroll
+                for (int s2 = 0; s2 < 2; ++s2)
+#pragma unroll
+                    for (int j = 0; j < NI; j += 2) {
+                        // Matrix mq: k half mq & 1 (MMA k +8), token block j + (mq >> 1); its row rr
+                        // <-> MMA k rr: actual k 8 (rr >> 1) + 4 s2 + 2 (mq & 1) + (rr & 1), as for X.
+                        const int kk = 8 * (rr >> 1) + 4 * s2 + 2 * (mq & 1) + (rr & 1), cc = j + (mq >> 1);
+                        ldmatrix_x4_trans(ytile_addr(st, kk * NI + (cc ^ swz_y(kk))),
+                                          yb[j][2 * s2], yb[j][2 * s2 + 1], yb[j + 1][2 * s2], yb[j + 1][2 * s2 + 1]);
+                    }
+                __syncwarp();              // read by every lane before any lane refills a stage
             } else {
                 Cur nx = cs;
                 cur_next(nx, nch, TY);

@@ -25,6 +25,16 @@ def mma(acc, a, b):
         acc[l][2] += D[g + 8, 2 * q]; acc[l][3] += D[g + 8, 2 * q + 1]
 
 
+def swz_y(kk, ni):
+    if ni == 8:
+        return (((kk >> 3) & 3) << 1) | (kk & 1)
+    if ni == 4:
+        return (kk >> 3) & 3
+    if ni == 2:
+        return (kk >> 3) & 1
+    return 0
+
+
 def swz_key(kk, cpr):
     if cpr >= 8:
         return (((kk >> 3) & 3) << 1) | (kk & 1)
@@ -55,6 +65,7 @@ def run(A, B, layout, BM, BN, WARPS, STAGES, SPLIT_K, slots=7, order=None):
     Yf = A.reshape(-1) if bigb else B.reshape(-1)
     x_kcontig = not (bigb and not nt)
     y_vec = bigb or nt
+    ytile = not y_vec and N % 8 == 0      # nn, A large: B's [32 k][BN] tile through smem + ldmatrix.trans
     BMW = BM // WARPS
     MI, NI, CPR = BMW // 16, BN // 8, BMW // 8
     nch = (K + 31) >> 5
@@ -99,6 +110,32 @@ def run(A, B, layout, BM, BN, WARPS, STAGES, SPLIT_K, slots=7, order=None):
         rb, k_base = xi * BM + w * BMW, c * 32
         if x_kcontig:
             xa = np.full((32, MI, 2, 8), GARBAGE); yb = np.full((32, NI, 8), GARBAGE)
+            ybf = None
+            if ytile:
+                # The warp's tile: lane l's token piece m holds position pos = m * 32 + l.
+                tilemem = np.full((NI * 32, 8), GARBAGE)
+                for m in range(NI):
+                    for l in range(32):
+                        pos = m * 32 + l
+                        kk = pos // NI
+                        cc = (pos % NI) ^ swz_y(kk, NI)
+                        ky, t = k_base + kk, yi * BN + cc * 8
+                        tilemem[pos] = Yf[ky * N + t: ky * N + t + 8] if (ky < K and t < T) else 0
+                # ldmatrix.x4.trans per (step, token block pair): yb fragments b0, b1 per (l, j, step).
+                ybf = np.zeros((32, NI, 2, 2, 2))     # [lane][j][step][b0/b1][2 halves]
+                for s2 in range(2):
+                    for j in range(0, NI, 2):
+                        rows = []
+                        for l in range(32):
+                            mq, rr = l >> 3, l & 7
+                            kk = 8 * (rr >> 1) + 4 * s2 + 2 * (mq & 1) + (rr & 1)
+                            cc = j + (mq >> 1)
+                            rows.append(tilemem[kk * NI + (cc ^ swz_y(kk, NI))])
+                        for l in range(32):
+                            g, q = l >> 2, l & 3
+                            regs = [[rows[m * 8 + 2 * q][g], rows[m * 8 + 2 * q + 1][g]] for m in range(4)]
+                            ybf[l, j, s2, 0], ybf[l, j, s2, 1] = regs[0], regs[1]
+                            ybf[l, j + 1, s2, 0], ybf[l, j + 1, s2, 1] = regs[2], regs[3]
             for l in range(32):
                 g, q = l >> 2, l & 3
                 k = k_base + q * 8
@@ -112,14 +149,17 @@ def run(A, B, layout, BM, BN, WARPS, STAGES, SPLIT_K, slots=7, order=None):
                     if y_vec:
                         if t < T:
                             yb[l, j] = Yf[t * K + k: t * K + k + 8] if k < K else 0
-                    else:
+                    elif not ytile:
                         yb[l, j] = load_small_strided(t, k)
             for s2 in range(2):
                 for i2 in range(MI):
                     a = [[xa[l, i2, 0, 4 * s2:4 * s2 + 2], xa[l, i2, 1, 4 * s2:4 * s2 + 2],
                           xa[l, i2, 0, 4 * s2 + 2:4 * s2 + 4], xa[l, i2, 1, 4 * s2 + 2:4 * s2 + 4]] for l in range(32)]
                     for j in range(NI):
-                        b = [[yb[l, j, 4 * s2:4 * s2 + 2], yb[l, j, 4 * s2 + 2:4 * s2 + 4]] for l in range(32)]
+                        if ytile:
+                            b = [[ybf[l, j, s2, 0], ybf[l, j, s2, 1]] for l in range(32)]
+                        else:
+                            b = [[yb[l, j, 4 * s2:4 * s2 + 2], yb[l, j, 4 * s2 + 2:4 * s2 + 4]] for l in range(32)]
                         mma(acc[i2][j], a, b)
         else:
             SS = 32 * (BMW + BN)

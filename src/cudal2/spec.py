@@ -371,7 +371,7 @@ STREAM_MAX_STAGES = 16
 # up to 64 ptxas (NVRTC 13, sm_90a) compiles without spilling (tests/test_stream_compile.py); the
 # ring is in shared memory, so stages add no registers.
 STREAM_MAX_ACC = 64
-# nn with A large also holds the next chunk of the small B in registers (read element-wise): at 64
+# nn with A large and N % 8 != 0 also holds the next chunk of the small B in registers: at 64
 # accumulators ptxas spilled 32 B (bm=64 bn=64 warps=2); 32 compiled in <= 178 registers.
 STREAM_MAX_ACC_NN = 32
 
@@ -380,8 +380,9 @@ def stream_smem(s, layout: str) -> int:
     """Dynamic smem of a stream kernel: the cp.async rings, `stages` chunks of 32 k per thread as
     16-byte pieces: 2 per 16 rows of the large operand and 1 per 8 tokens of the small one, i.e.
     stages * 64 * (bm + warps * bn) bytes (nn with B large: a per-warp [32 k][bm / warps] slot plus
-    the pieces: the same bytes; nn with A large reads the small B [K, N] element-wise and leaves its
-    pieces unused). No reduction buffer: the warps own disjoint rows."""
+    the pieces: the same bytes; nn with A large keeps each warp's [32 k][bn] tile of the small B in
+    those pieces, or leaves them unused when N % 8 != 0 and it reads B element-wise). No reduction
+    buffer: the warps own disjoint rows."""
     w, bm, bn, st = s["warps"], s["bm"], s["bn"], s["stages"]
     pieces = 2 * (bm // w // 16) + bn // 8
     return w * 32 * st * pieces * 16
