@@ -157,6 +157,8 @@ def _emulator():
     # nn, A large, N % 8 == 0: B's tile through smem and ldmatrix.trans (bn 16, 32, 48, 64)
     (72, 16, 200, "nn", 32, 16, 2, 2, 4, 5), (40, 24, 96, "nn", 32, 32, 2, 2, 2, 3),
     (48, 40, 64, "nn", 32, 48, 2, 2, 1, 4), (96, 64, 136, "nn", 64, 64, 4, 3, 8, 9), (33, 8, 64, "nn", 32, 16, 2, 2, 2, 3),
+    # nn, B large, 64 rows per warp (the 8-chunk swizzle)
+    (3, 136, 96, "nn", 128, 16, 2, 2, 2, 3),
 ], ids=str)
 def test_emulated_index_math_is_exact(case):
     M, N, K, layout, bm, bn, warps, stages, split, slots = case
