@@ -36,9 +36,8 @@ TOKENS = (1, 2, 4, 8, 16, 32, 64)
 BASELINES_NN = ("torch", "cublas-nn", "cublaslt-heuristic", "cublaslt-autotune")
 BASELINES_NT = ("torch", "cublas-tn", "cublaslt-heuristic", "cublaslt-autotune")
 SPLITS = (1, 2, 4, 8, 16)
-# (bm, warps, stages) shapes of a CTA to try, best guess first; bn follows the token count. The
-# warps split bm (16-row blocks each); stages is the ring depth (lowered until shared memory fits).
-TILES = ((128, 4, 8), (64, 4, 8), (256, 8, 6), (128, 8, 8), (64, 2, 12), (128, 4, 12))
+# (bm, warps, stages) shapes of a CTA to try, best guess first; bn follows the token count.
+TILES = ((64, 8, 4), (32, 8, 4), (128, 4, 4), (64, 4, 6), (16, 4, 8), (128, 8, 3))
 
 
 def _shape_class(m: int, n: int, k: int) -> str:
@@ -73,28 +72,29 @@ def skinny_set(layouts, stride: int = 1) -> list:
 
 
 def candidates(p, dev, n: int) -> list:
-    """Up to n valid stream specs for p: for each CTA shape the token tile the smallest that covers
-    min(M, N); split_k the largest valid one (the grid is then every resident CTA: stream-K), and
-    split_k=1 (whole tiles, no partials) where the tiles alone cover the SMs twice; stages lowered
-    until the spec is valid (shared memory)."""
+    """Up to n valid stream specs for p: for each CTA shape the smallest split whose CTAs make two
+    waves (else the largest valid), the token tile the smallest that covers min(M, N) (and 16);
+    stages lowered until the spec is valid (shared memory)."""
     from cudal2.spec import KernelSpec, is_valid
     small, big = min(p.M, p.N), max(p.M, p.N)
     sms = dev.sm_count or 132
     bn_fit = next((b for b in (16, 32, 48, 64) if b >= small), 64)
     out: list = []
     for bm, warps, stages in TILES:
-        tiles = math.ceil(big / bm) * math.ceil(small / bn_fit)
-        splits = [s for s in reversed(SPLITS) if s <= math.ceil(p.K / 32)][:1]
-        if tiles >= 2 * sms:
-            splits.append(1)
-        for sp in splits:
-            for st in range(stages, 1, -1):
-                spec = KernelSpec.parse(f"backend=cuda family=stream bm={bm} bn={bn_fit} warps={warps} "
-                                        f"stages={st} split_k={sp}")
-                if is_valid(spec, p, dev):
-                    if spec not in out:
-                        out.append(spec)
-                    break
+        for bn in dict.fromkeys((bn_fit, 16)):
+            tiles = math.ceil(big / bm) * math.ceil(small / bn)
+            split = next((s for s in SPLITS if tiles * s >= 2 * sms), SPLITS[-1])
+            for sp in (split, max(1, split // 2)):
+                for st in range(stages, 1, -1):
+                    spec = KernelSpec.parse(f"backend=cuda family=stream bm={bm} bn={bn} warps={warps} "
+                                            f"stages={st} split_k={sp}")
+                    while spec.split_k > 1 and not is_valid(spec, p, dev):
+                        spec = KernelSpec.parse(spec.text.replace(f"split_k={spec.split_k}",
+                                                                  f"split_k={spec.split_k // 2}"))
+                    if is_valid(spec, p, dev):
+                        if spec not in out:
+                            out.append(spec)
+                        break
     return out[:n]
 
 

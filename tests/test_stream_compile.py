@@ -24,12 +24,11 @@ HERE = Path(__file__).resolve().parent
 PROBLEMS = [(1, 4096, 4096), (7, 14336, 4096), (16, 4096, 14336), (64, 1024, 4096), (4096, 7, 4096)]
 SPECS = [
     None,                                                   # the family default for the problem
-    "bm=128 bn=16 warps=4 stages=8 split_k=8",
-    "bm=64 bn=16 warps=4 stages=8 split_k=1",
-    "bm=256 bn=16 warps=8 stages=6 split_k=2",
-    "bm=128 bn=64 warps=8 stages=4 split_k=2",
-    "bm=128 bn=32 warps=4 stages=6 split_k=8",
-    "bm=64 bn=16 warps=2 stages=12 split_k=16",
+    "bm=64 bn=16 warps=8 stages=2 split_k=4",
+    "bm=16 bn=16 warps=4 stages=4 split_k=1",
+    "bm=128 bn=16 warps=8 stages=2 split_k=2",
+    "bm=32 bn=64 warps=8 stages=2 split_k=2",
+    "bm=64 bn=32 warps=4 stages=2 split_k=8",
 ]
 
 
@@ -92,21 +91,19 @@ def test_sass_tensor_cores_no_local_memory(backend, hopper, tmp_path, layout, wa
 
 
 @pytest.mark.parametrize("text,problem,field", [
-    ("bm=64 bn=16 warps=4 stages=2", Problem(4096, 4096, 4096), "family"),          # not skinny
-    ("bm=64 bn=16 warps=4 stages=2", Problem(1, 4096, 4100), "family"),             # K % 8
-    ("bm=64 bn=16 warps=4 stages=2", Problem(1, 4100, 4096, "nn"), "family"),       # nn B rows: N % 8
-    ("bm=16 bn=16 warps=2 stages=2", Problem(1, 4096, 4096), "bm"),
-    ("bm=64 bn=128 warps=4 stages=2", Problem(1, 4096, 4096), "bn"),
-    ("bm=64 bn=16 bk=64 warps=4 stages=2", Problem(1, 4096, 4096), "bk"),
+    ("bm=64 bn=16 warps=8 stages=2", Problem(4096, 4096, 4096), "family"),          # not skinny
+    ("bm=64 bn=16 warps=8 stages=2", Problem(1, 4096, 4100), "family"),             # K % 8
+    ("bm=64 bn=16 warps=8 stages=2", Problem(1, 4100, 4096, "nn"), "family"),       # nn B rows: N % 8
+    ("bm=256 bn=16 warps=8 stages=2", Problem(1, 4096, 4096), "bm"),
+    ("bm=64 bn=128 warps=8 stages=2", Problem(1, 4096, 4096), "bn"),
+    ("bm=64 bn=16 bk=64 warps=8 stages=2", Problem(1, 4096, 4096), "bk"),
     ("bm=64 bn=16 warps=12 stages=2", Problem(1, 4096, 4096), "warps"),
-    ("bm=64 bn=16 warps=8 stages=2", Problem(1, 4096, 4096), "warps"),             # 8 rows per warp
-    ("bm=256 bn=64 warps=4 stages=2", Problem(64, 4096, 4096), "warps"),           # accumulators
-    ("bm=128 bn=64 warps=4 stages=2", Problem(64, 4096, 4096, "nn"), "warps"),     # nn accumulators
-    ("bm=128 bn=16 warps=8 stages=20", Problem(1, 4096, 4096), "stages"),
-    ("bm=128 bn=16 warps=8 stages=16", Problem(1, 4096, 4096, "nn"), "stages"),    # ring smem
-    ("bm=128 bn=16 warps=8 stages=2 split_k=16", Problem(1, 4096, 256), "split_k"),  # 8 chunks of 32
-    ("bm=128 bn=16 warps=8 stages=2 group_m=8", Problem(1, 4096, 4096), "group_m"),
-    ("bm=128 bn=16 warps=8 stages=2 cluster=2", Problem(1, 4096, 4096), "cluster"),
+    ("bm=64 bn=16 warps=8 stages=12", Problem(1, 4096, 4096), "stages"),
+    ("bm=128 bn=64 warps=4 stages=2", Problem(64, 4096, 4096), "bn"),               # accumulators
+    ("bm=128 bn=16 warps=8 stages=8", Problem(1, 4096, 4096, "nn"), "stages"),      # nn ring smem
+    ("bm=64 bn=16 warps=8 stages=2 split_k=16", Problem(1, 4096, 256), "split_k"),  # 8 chunks of 32
+    ("bm=64 bn=16 warps=8 stages=2 group_m=8", Problem(1, 4096, 4096), "group_m"),
+    ("bm=64 bn=16 warps=8 stages=2 cluster=2", Problem(1, 4096, 4096), "cluster"),
 ])
 def test_invalid_specs_name_the_field(backend, hopper, monkeypatch, text, problem, field):
     monkeypatch.setattr(cuda_mod, "_nvrtc_compile", lambda *a, **k: pytest.fail("NVRTC reached"))
@@ -134,10 +131,10 @@ def test_defaults_and_fixed_list(hopper):
 
 
 def test_plan_picks_the_large_operand():
-    spec = KernelSpec.parse("backend=cuda family=stream bm=64 bn=16 warps=4 stages=2 split_k=4")
-    assert plan(spec, 7, 4096, 4096, 1000) == (ENTRY_B, (256, 1, 1))
-    assert plan(spec, 4096, 33, 4096, 1000) == (ENTRY_A, (768, 1, 1))
-    assert plan(spec, 64, 64, 64, 1000) == (ENTRY_B, (8, 1, 1))      # 4 tiles x 2 chunks
+    spec = KernelSpec.parse("backend=cuda family=stream bm=64 bn=16 warps=8 stages=2 split_k=4")
+    assert plan(spec, 7, 4096, 4096) == (ENTRY_B, (64, 1, 4))
+    assert plan(spec, 4096, 33, 4096) == (ENTRY_A, (64, 3, 4))
+    assert plan(spec, 64, 64, 64) == (ENTRY_B, (1, 4, 4))
 
 
 def _emulator():
@@ -148,38 +145,19 @@ def _emulator():
 
 
 @pytest.mark.parametrize("case", [
-    # M, N, K, layout, bm, bn, warps, stages, split_k, slots (resident CTAs)
-    (3, 40, 200, "nt", 32, 16, 2, 2, 4, 5), (3, 40, 200, "nn", 32, 16, 2, 3, 2, 3), (5, 72, 136, "nn", 64, 16, 4, 3, 1, 9),
-    (40, 3, 200, "nt", 32, 16, 2, 2, 2, 3), (40, 5, 104, "nn", 32, 16, 2, 2, 4, 7), (17, 17, 64, "nn", 32, 16, 2, 2, 1, 4),
-    (9, 136, 96, "nn", 64, 16, 2, 2, 3, 5), (2, 160, 64, "nn", 128, 16, 4, 2, 1, 1), (20, 33, 72, "nt", 32, 32, 2, 2, 1, 2),
-    (1, 24, 8, "nt", 32, 16, 2, 2, 1, 7), (33, 64, 256, "nt", 64, 16, 2, 4, 8, 11), (7, 100, 320, "nt", 32, 16, 2, 3, 16, 13),
-    (64, 17, 160, "nn", 32, 16, 2, 2, 4, 6),
-    # nn, A large, N % 8 == 0: B's tile through smem and ldmatrix.trans (bn 16, 32, 48, 64)
-    (72, 16, 200, "nn", 32, 16, 2, 2, 4, 5), (40, 24, 96, "nn", 32, 32, 2, 2, 2, 3),
-    (48, 40, 64, "nn", 32, 48, 2, 2, 1, 4), (96, 64, 136, "nn", 64, 64, 4, 3, 8, 9), (33, 8, 64, "nn", 32, 16, 2, 2, 2, 3),
-    # nn, B large, 64 rows per warp (the 8-chunk swizzle)
-    (3, 136, 96, "nn", 128, 16, 2, 2, 2, 3),
+    (3, 40, 200, "nt", 16, 16, 2, 2, 1), (3, 40, 200, "nn", 32, 16, 2, 2, 2), (5, 72, 136, "nn", 16, 16, 2, 3, 1),
+    (40, 3, 200, "nt", 16, 16, 2, 2, 2), (40, 5, 104, "nn", 32, 16, 2, 2, 1), (17, 17, 64, "nn", 16, 16, 2, 2, 1),
+    (9, 136, 96, "nn", 64, 16, 2, 2, 3), (2, 160, 64, "nn", 128, 16, 2, 2, 1), (20, 33, 72, "nt", 16, 32, 2, 2, 1),
+    (1, 24, 8, "nt", 16, 16, 2, 2, 1),
 ], ids=str)
 def test_emulated_index_math_is_exact(case):
-    M, N, K, layout, bm, bn, warps, stages, split, slots = case
+    M, N, K, layout, bm, bn, warps, stages, split = case
     rng = np.random.default_rng(M * 31 + N + K)
     a = rng.integers(-3, 4, (M, K)).astype(float)
     b = rng.integers(-3, 4, (K, N) if layout == "nn" else (N, K)).astype(float)
     ref = a @ (b if layout == "nn" else b.T)
-    emu = _emulator()
-    for order in (None, "forward"):              # whichever CTA arrives last reduces
-        G = emu.grid_size(M, N, K, bm, bn, split, slots)
-        c = emu.run(a, b, layout, bm, bn, warps, stages, split, slots, None if order is None else range(G))
-        assert np.array_equal(c, ref)
-
-
-def test_grid_is_stream_k_over_the_resident_ctas():
-    spec = KernelSpec.parse("backend=cuda family=stream bm=128 bn=16 warps=4 stages=8 split_k=8")
-    # 4096 rows / 128 = 32 tiles x 8 = 256 CTAs at most; 264 resident: 256.
-    assert plan(spec, 1, 4096, 4096, 264) == (ENTRY_B, (256, 1, 1))
-    assert plan(spec, 16, 14336, 4096, 264) == (ENTRY_B, (264, 1, 1))
-    assert plan(spec, 4096, 33, 4096, 264) == (ENTRY_A, (264, 1, 1))
-    assert plan(spec, 1, 64, 32, 264) == (ENTRY_B, (1, 1, 1))          # 1 tile x 1 chunk
+    c = _emulator().run(a, b, layout, bm, bn, warps, stages, split)
+    assert np.array_equal(c, ref)
 
 
 class _FakeKernel:
@@ -198,16 +176,15 @@ class _FakeKernel:
 
 @pytest.mark.parametrize("layout", ["nn", "nt"])
 def test_launcher_packs_entry_grid_and_arguments(layout):
-    from cudal2.backends.cuda_stream import StreamLauncher, occupancy
-    k = _FakeKernel("bm=64 bn=32 warps=4 stages=4 split_k=1", layout)
+    from cudal2.backends.cuda_stream import StreamLauncher
+    k = _FakeKernel("bm=32 bn=32 warps=4 stages=4 split_k=1", layout)
     s = StreamLauncher(k)
-    smem = stream_smem(k.spec.to_dict(), layout)
-    assert s.slots[ENTRY_B] == 132 * occupancy(smem, 128) == 132 * min(228 * 1024 // (smem + 1024), 16)
-    s.run(7, 4096, 1024, 0x1000, 0x2000, 0x3002, 5)          # split_k=1: 64 tiles, 64 CTAs, no workspace
+    s.run(7, 4096, 1024, 0x1000, 0x2000, 0x3002, 5)
     s.run(4096, 3, 1024, 0x1000, 0x2000, 0x3000, 5)
+    smem = stream_smem(k.spec.to_dict(), layout)
     assert k.launches == [
-        (ENTRY_B, (64, 1, 1), 128, smem, 5, [0x1000, 0x2000, 0x3002, 0, 0], [7, 4096, 1024]),
-        (ENTRY_A, (64, 1, 1), 128, smem, 5, [0x1000, 0x2000, 0x3000, 0, 0], [4096, 3, 1024]),
+        (ENTRY_B, (128, 1, 1), 128, smem, 5, [0x1000, 0x2000, 0x3002, 0, 0], [7, 4096, 1024]),
+        (ENTRY_A, (128, 1, 1), 128, smem, 5, [0x1000, 0x2000, 0x3000, 0, 0], [4096, 3, 1024]),
     ]
     with pytest.raises(ValueError, match="16-byte aligned"):
         s.run(7, 4096, 1024, 0x1008, 0x2000, 0x3000, 5)

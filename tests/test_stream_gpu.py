@@ -14,13 +14,12 @@ from cudal2.spec import KernelSpec, validate
 
 pytestmark = pytest.mark.gpu
 
-# Specs: the decode default (stream-K over every resident CTA), one without split-K (CTAs = tiles
-# unless the tiles outnumber the resident CTAs), a wide-token one, a large-tile one.
+# Specs: a split-K default-like one, one without split-K, a wide-token one, a large-tile one.
 SPECS = {
-    "s4": "bm=128 bn=16 warps=4 stages=8 split_k=8",
-    "s1": "bm=64 bn=32 warps=4 stages=4 split_k=1",
-    "t64": "bm=128 bn=64 warps=8 stages=4 split_k=2",
-    "b128": "bm=256 bn=16 warps=8 stages=6 split_k=4",
+    "s4": "bm=64 bn=16 warps=8 stages=3 split_k=4",
+    "s1": "bm=32 bn=32 warps=4 stages=4 split_k=1",
+    "t64": "bm=32 bn=64 warps=8 stages=2 split_k=2",
+    "b128": "bm=128 bn=16 warps=4 stages=2 split_k=8",
 }
 MS = (1, 2, 3, 7, 16, 33, 64)
 NK = ((64, 64), (1000, 1000), (4096, 4096), (14336, 4096), (4096, 14336), (64, 14336), (1000, 4096))

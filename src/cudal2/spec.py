@@ -9,11 +9,10 @@ Canonical text: every field as `key=value`, space separated, in FIELDS order, e.
 Each `key=value` is one policy token.
 
 family=stream (CUDA, decode / skinny: min(M, N) <= 64; kernels_cuda/stream.cu) reads the fields as:
-bm = rows of the large operand per output tile (32-256, 16-row blocks per warp), bn = tokens of the
-small one per tile (16-64), warps = the warps of a CTA, each taking bm / warps of the rows, stages =
-the depth of each thread's cp.async ring in 32-k chunks, split_k = at most tiles * split_k CTAs,
-resident all call long, share the (tile, 32-k chunk) list (stream-K; partial tiles reduced in the
-kernel, fixed order); bk (the 32-k chunk), group_m, subtile, warp_spec, cluster are pinned.
+bm = rows of the large operand per CTA (16-128), bn = tokens of the small one per CTA (16-64),
+warps = K split inside the CTA, stages = 32-k chunks in flight per warp (its cp.async ring),
+split_k = K split across CTAs (reduced in the kernel, fixed order); bk (the 32-k chunk), group_m,
+subtile, warp_spec, cluster are pinned.
 """
 from __future__ import annotations
 
@@ -269,7 +268,7 @@ def _any_schedule(check):
 def _tile_warps(s, p, d):
     f, bm, bn, w = s["family"], s["bm"], s["bn"], s["warps"]
     if f == "stream":
-        return None                    # _stream_warps
+        return None                    # every warp holds the whole tile: _stream_acc
     if f == "wgmma":
         c = 1 if s["warp_spec"] == 2 else w // 4 - 1
         if bm % (64 * c):
@@ -291,7 +290,7 @@ def _splitk_regs(s, p, d):
 
 def _acc_regs(s, p, d):
     if s["family"] == "stream":
-        return None                    # _stream_warps
+        return None                    # _stream_acc
     acc = _acc_per_thread(s)
     if acc > MAX_ACC_REGS:
         return (f"tile {s['bm']}x{s['bn']} needs {acc} fp32 accumulator registers per thread with "
@@ -356,36 +355,30 @@ RULES: list[Rule] = [
 
 
 # ---- the stream family (decode / skinny: min(M, N) <= 64; kernels_cuda/stream.cu) ------------------
-# Field mapping: bm = rows of the large dimension per output tile, split among the warps in 16-row
-# MMA blocks (bm / warps rows each), bn = tokens of the small dimension per tile (8-column MMA
-# blocks; more tokens take more tiles along it), warps = the warps of a CTA, stages = depth of each
-# thread's cp.async ring in 32-k chunks (stages - 1 in flight), split_k = the CTAs are at most
-# tiles * split_k (and at most what stays resident): they split the list of (tile, 32-k chunk) pairs
-# evenly (stream-K), partial tiles reduced in the kernel in a fixed order. bk is the 32-k chunk and
-# group_m, subtile, warp_spec, cluster are unused: pinned.
+# Field mapping: bm = rows of the large dimension per CTA (16-row MMA blocks), bn = tokens of the
+# small dimension per CTA (8-column MMA blocks; more tokens take more CTAs along it), warps = K split
+# inside the CTA, stages = 32-k chunks each warp keeps in flight (nn with B large: the depth of each
+# warp's cp.async ring), split_k = K split across CTAs (reduced in the kernel, fixed order). bk is
+# the 32-k chunk and group_m, subtile, warp_spec, cluster are unused: pinned.
 STREAM_MAX_SMALL = 64
-STREAM_BM = (32, 64, 128, 256)
+STREAM_BM = (16, 32, 64, 128)
 STREAM_MAX_BN = 64
-STREAM_MAX_STAGES = 16
-# fp32 accumulators per thread (bm*bn/(32*warps): each warp holds its rows x all bn tokens):
-# up to 64 ptxas (NVRTC 13, sm_90a) compiles without spilling (tests/test_stream_compile.py); the
-# ring is in shared memory, so stages add no registers.
+STREAM_MAX_STAGES = 8
+# fp32 accumulators per thread (bm*bn/32: every warp holds the whole CTA tile, the warps split K):
+# up to 64 ptxas (NVRTC 13, sm_90a) compiled every spec tried in 48-229 registers without spilling
+# (tests/test_stream_compile.py); the ring is in shared memory, so stages add no registers.
 STREAM_MAX_ACC = 64
-# nn with A large and N % 8 != 0 also holds the next chunk of the small B in registers: at 64
-# accumulators ptxas spilled 32 B (bm=64 bn=64 warps=2); 32 compiled in <= 178 registers.
-STREAM_MAX_ACC_NN = 32
 
 
 def stream_smem(s, layout: str) -> int:
-    """Dynamic smem of a stream kernel: the cp.async rings, `stages` chunks of 32 k per thread as
-    16-byte pieces: 2 per 16 rows of the large operand and 1 per 8 tokens of the small one, i.e.
-    stages * 64 * (bm + warps * bn) bytes (nn with B large: a per-warp [32 k][bm / warps] slot plus
-    the pieces: the same bytes; nn with A large keeps each warp's [32 k][bn] tile of the small B in
-    those pieces, or leaves them unused when N % 8 != 0 and it reads B element-wise). No reduction
-    buffer: the warps own disjoint rows."""
+    """Dynamic smem of a stream kernel: the larger of its cp.async ring and the warps' fp32
+    partials (reduced through the same smem after the loop). The ring holds `stages` chunks of
+    32 k per thread as 16-byte pieces: 2 per 16 rows of the large operand and 1 per 8 tokens of
+    the small one (nn with B large: a per-warp [32 k][bm] slot plus the pieces: the same bytes;
+    nn with A large reads the small B [K, N] element-wise and leaves its pieces unused)."""
     w, bm, bn, st = s["warps"], s["bm"], s["bn"], s["stages"]
-    pieces = 2 * (bm // w // 16) + bn // 8
-    return w * 32 * st * pieces * 16
+    pieces = 2 * (bm // 16) + bn // 8
+    return max(w * bm * bn * 4, w * 32 * st * pieces * 16)
 
 
 def _stream_problem(s, p, d):
@@ -401,35 +394,29 @@ def _stream_problem(s, p, d):
 
 def _stream_bm(s, p, d):
     if s["family"] == "stream" and s["bm"] not in STREAM_BM:
-        return f"family=stream takes bm in {STREAM_BM} (rows of the large operand per tile), got {s['bm']}"
+        return f"family=stream takes bm in {STREAM_BM} (rows of the large operand per CTA), got {s['bm']}"
 
 
 def _stream_bn(s, p, d):
     if s["family"] == "stream" and s["bn"] > STREAM_MAX_BN:
-        return f"family=stream takes bn <= {STREAM_MAX_BN} (tokens of the small operand per tile), got {s['bn']}"
-
-
-def _stream_warps(s, p, d):
-    if s["family"] != "stream":
-        return None
-    if s["bm"] % (16 * s["warps"]):
-        return (f"family=stream splits the bm={s['bm']} rows of a tile among warps={s['warps']} warps in "
-                f"16-row blocks: bm must be a multiple of {16 * s['warps']}")
-    acc = s["bm"] * s["bn"] // (32 * s["warps"])
-    limit = STREAM_MAX_ACC_NN if p.layout == "nn" else STREAM_MAX_ACC
-    if acc > limit:
-        return (f"tile {s['bm']}x{s['bn']} over warps={s['warps']} needs {acc} fp32 accumulator registers per "
-                f"thread (limit {limit} in {p.layout}): more warps or a smaller bm or bn")
+        return f"family=stream takes bn <= {STREAM_MAX_BN} (tokens of the small operand per CTA), got {s['bn']}"
 
 
 def _stream_stages(s, p, d):
     if s["family"] == "stream" and s["stages"] > STREAM_MAX_STAGES:
-        return f"family=stream takes stages <= {STREAM_MAX_STAGES} (ring depth in 32-k chunks), got {s['stages']}"
+        return f"family=stream takes stages <= {STREAM_MAX_STAGES} (32-k chunks in flight per warp), got {s['stages']}"
+
+
+def _stream_acc(s, p, d):
+    acc = s["bm"] * s["bn"] // 32
+    if s["family"] == "stream" and acc > STREAM_MAX_ACC:
+        return (f"tile {s['bm']}x{s['bn']} needs {acc} fp32 accumulator registers per thread (each warp holds "
+                f"the whole tile; limit {STREAM_MAX_ACC}): a smaller bm or bn")
 
 
 def _stream_smem(s, p, d):
     if s["family"] == "stream":
-        need = stream_smem(s, p.layout) + 128        # + the static smem ptxas reports (aligned)
+        need = stream_smem(s, p.layout) + 128        # + the static smem ptxas reports (flag, aligned)
         if need > d.smem_per_block:
             return (f"stages={s['stages']} warps={s['warps']} with tile {s['bm']}x{s['bn']} needs {need} B of "
                     f"shared memory ({p.layout}); the device allows {d.smem_per_block} B per block")
@@ -448,7 +435,7 @@ _add_rules([
     ("family", ("family",), _stream_problem),
     ("bm", ("family", "bm"), _stream_bm),
     ("bn", ("family", "bn"), _stream_bn),
-    ("warps", ("family", "bm", "bn", "warps"), _stream_warps),
+    ("bn", ("family", "bm", "bn"), _stream_acc),
     ("bk", ("family", "bk"), _pinned("bk")),
     ("stages", ("family", "stages"), _stream_stages),
     ("stages", ("family", "bm", "bn", "warps", "stages"), _stream_smem),
@@ -550,9 +537,9 @@ PREFERRED = {
     "wgmma": ["bm=128 bn=256 bk=64 warps=12 stages=3 group_m=8", "bm=128 bn=128 bk=64 warps=12 stages=5 group_m=8",
               "bm=64 bn=128 bk=64 warps=8 stages=5 group_m=8", "bm=64 bn=64 bk=64 warps=8 stages=6"],
     # bm runs along the large dimension, bn along the tokens (decode M = 1..16 first).
-    "stream": ["bm=128 bn=16 warps=4 stages=8 split_k=8", "bm=64 bn=16 warps=4 stages=8 split_k=8",
-               "bm=128 bn=32 warps=4 stages=6 split_k=4", "bm=64 bn=64 warps=2 stages=4 split_k=4",
-               "bm=32 bn=16 warps=2 stages=4 split_k=2", "bm=256 bn=16 warps=8 stages=2"],
+    "stream": ["bm=64 bn=16 warps=8 stages=2 split_k=4", "bm=32 bn=32 warps=8 stages=2 split_k=4",
+               "bm=32 bn=64 warps=8 stages=2 split_k=2", "bm=128 bn=16 warps=8 stages=2 split_k=2",
+               "bm=16 bn=16 warps=4 stages=4 split_k=2", "bm=16 bn=16 warps=2 stages=2"],
 }
 
 

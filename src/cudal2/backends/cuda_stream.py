@@ -4,16 +4,11 @@ CudaKernel hands a stream-family kernel to `StreamLauncher`; per call it only pi
 (`cudal2_stream_b` when M <= N: B is the large operand; `cudal2_stream_a` otherwise), writes the
 pointers into a pre-built argument buffer and launches on the caller's stream.
 
-Grid (stream-K): G = min(resident CTAs, tiles * split_k) one-dimensional CTAs, resident CTAs = the
-SM count (read once from the device) x the entry's occupancy (asked of the driver once, at
-construction); they split the list of (tile, 32-k chunk) pairs evenly, so every SM streams to
-within one chunk of the others. Tiles cut by a CTA boundary are reduced inside the kernel: each
-warp writes its fp32 partial to its CTA's workspace slot (2 per CTA) and the warp that completes a
-(tile, warp) counter sums the partials in CTA order and resets the counter. The workspace and
-counters are allocated once per (device, stream) -- the counters zeroed once, at allocation --
-and grown only when a larger problem needs more; so two streams never share counters, and a call
-allocates nothing once its size has been seen on that stream. G depends only on the device and
-the size, so results are bit-identical from run to run and stream to stream.
+Split-K is reduced inside the kernel: each CTA writes an fp32 partial to a workspace and the last
+CTA of an output tile (per-tile u32 counter) sums the partials in split order and resets its
+counter. The workspace and counters are allocated once per (device, stream) -- the counters zeroed
+once, at allocation -- and grown only when a larger problem needs more; so two streams never share
+counters, and a call allocates nothing once its size has been seen on that stream.
 """
 from __future__ import annotations
 
@@ -30,35 +25,11 @@ def _cdiv(x: int, y: int) -> int:
     return -(-x // y)
 
 
-def tiles_of(spec, M: int, N: int) -> int:
-    R, T = (N, M) if M <= N else (M, N)
-    return _cdiv(R, spec.bm) * _cdiv(T, spec.bn)
-
-
-def plan(spec, M: int, N: int, K: int, slots: int) -> tuple[str, tuple[int, int, int]]:
-    """(entry point, grid) for a problem: G = min(slots (resident CTAs), tiles * split_k) CTAs,
-    never more than the W = tiles * ceil(K / 32) chunks they split (each takes at least one)."""
-    tiles = tiles_of(spec, M, N)
-    work = tiles * _cdiv(K, 32)
-    if work >= 2 ** 31:
-        raise ValueError(f"family=stream indexes its {work} (tile, 32-k chunk) pairs in 32 bits: problem too large")
-    g = max(1, min(slots, tiles * spec.split_k, work))
-    return (ENTRY_B if M <= N else ENTRY_A), (g, 1, 1)
-
-
-def partials(ctas: int, tiles: int, K: int) -> bool:
-    """Whether some CTA's chunk range cuts a tile (then the kernel needs workspace and counters)."""
-    nch, work = _cdiv(K, 32), tiles * _cdiv(K, 32)
-    return not (work % ctas == 0 and (work // ctas) % nch == 0)
-
-
-def occupancy(smem: int, threads: int, regs: int = 0, smem_per_sm: int = 228 * 1024) -> int:
-    """CTAs per SM from shared memory, threads and registers (Hopper limits; 1 KB of smem per CTA
-    is reserved by the hardware): the fallback when the driver cannot be asked."""
-    by_smem = smem_per_sm // (smem + 1024)
-    by_threads = 2048 // threads
-    by_regs = 65536 // (threads * (-(-regs // 8) * 8)) if regs else 32
-    return max(1, min(by_smem, by_threads, by_regs, 32))
+def plan(spec, M: int, N: int, K: int) -> tuple[str, tuple[int, int, int]]:
+    """(entry point, grid) for a problem: grid = (tiles of the large dim, tiles of the tokens, split_k)."""
+    big_b = M <= N
+    R, T = (N, M) if big_b else (M, N)
+    return (ENTRY_B if big_b else ENTRY_A), (_cdiv(R, spec.bm), _cdiv(T, spec.bn), spec.split_k)
 
 
 class StreamLauncher:
@@ -68,7 +39,6 @@ class StreamLauncher:
         smem = stream_smem(self.spec.to_dict(), self.layout)      # both entries use the same
         self.smem = {ENTRY_B: smem, ENTRY_A: smem}
         self.threads = self.spec.warps * 32
-        self.slots = {n: self._resident(n, smem) for n in (ENTRY_B, ENTRY_A)}
         self._bufs: dict[int, tuple] = {}      # stream handle -> (workspace, counters)
         self._retired: list[tuple] = []
         # The unbound path's argument slots (A, B, C, workspace, counters, M, N, K), built once.
@@ -77,37 +47,21 @@ class StreamLauncher:
         slots = self._u64 + self._i32
         self._args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
 
-    def _resident(self, name: str, smem: int) -> int:
-        """CTAs of entry `name` resident on the whole device: SMs x CTAs per SM (the driver's
-        occupancy calculator; the Hopper formula when there is no function handle)."""
-        sms = getattr(self.k, "sm_count", None) or 132
-        f = getattr(self.k, "funcs", {}).get(name)
-        per_sm = 0
-        if f is not None:
-            d = drv()
-            per_sm = check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, self.threads, smem),
-                           f"cuOccupancyMaxActiveBlocksPerMultiprocessor({name})")
-        if not per_sm:
-            regs = ((getattr(self.k, "artifact", None) and self.k.artifact.meta.get("kernels", {}).get(name, {})) or {}).get("registers", 0)
-            per_sm = occupancy(smem, self.threads, regs)
-        return int(sms) * int(per_sm)
-
     # ---- workspace + counters, once per stream ----------------------------------------------------
-    def buffers(self, stream: int, grid: tuple[int, int, int], tiles: int, K: int) -> tuple[int, int]:
-        """(workspace pointer, counters pointer) for this stream, large enough for `grid` CTAs
-        (2 partial slots of bm x bn fp32 each) over `tiles` output tiles (a counter per warp)."""
-        if not partials(grid[0], tiles, K):
-            return 0, 0                      # every CTA takes whole tiles: no workspace, no counters
-        counters = tiles * self.spec.warps
-        need_ws = grid[0] * 2 * self.spec.bm * self.spec.bn
+    def buffers(self, stream: int, grid: tuple[int, int, int]) -> tuple[int, int]:
+        """(workspace pointer, counters pointer) for this stream, large enough for `grid`."""
+        if self.spec.split_k == 1:
+            return 0, 0
+        tiles = grid[0] * grid[1]
+        need_ws = grid[2] * tiles * self.spec.bm * self.spec.bn
         have = self._bufs.get(stream)
-        if have is None or have[0].numel() < need_ws or have[1].numel() < counters:
+        if have is None or have[0].numel() < need_ws or have[1].numel() < tiles:
             import torch
             dev = torch.device("cuda", self.k.device_index)
             old_ws, old_cnt = (have[0].numel(), have[1].numel()) if have else (0, 0)
             # Grown to what this size needs, at least doubling so a run of growing sizes stays cheap.
             ws = torch.empty(max(need_ws, 2 * old_ws), dtype=torch.float32, device=dev)
-            cnt = torch.zeros(max(counters, 2 * old_cnt), dtype=torch.int32, device=dev)
+            cnt = torch.zeros(max(tiles, 2 * old_cnt), dtype=torch.int32, device=dev)
             if have is not None:
                 # A queued launch may still use the old pair: keep it (growth doubles, so few).
                 self._retired.append(have)
@@ -121,8 +75,8 @@ class StreamLauncher:
     def run(self, M: int, N: int, K: int, pa: int, pb: int, pc: int, stream: int) -> None:
         if (pa | pb) % 16:
             raise ValueError("family=stream loads A and B 16 bytes at a time: both must be 16-byte aligned")
-        name, grid = plan(self.spec, M, N, K, self.slots[ENTRY_B if M <= N else ENTRY_A])
-        pw, pn = self.buffers(stream, grid, tiles_of(self.spec, M, N), K)
+        name, grid = plan(self.spec, M, N, K)
+        pw, pn = self.buffers(stream, grid)
         u, i = self._u64, self._i32
         u[0].value, u[1].value, u[2].value, u[3].value, u[4].value = pa, pb, pc, pw, pn
         i[0].value, i[1].value, i[2].value = M, N, K
@@ -136,12 +90,11 @@ class StreamLauncher:
         slots = u64 + [ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)]
         args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
         a_args = ctypes.addressof(args)
-        name, (gx, gy, gz) = plan(self.spec, M, N, K, self.slots[ENTRY_B if M <= N else ENTRY_A])
-        tiles = tiles_of(self.spec, M, N)
+        name, (gx, gy, gz) = plan(self.spec, M, N, K)
         f, threads, smem = self.k.funcs[name], self.threads, self.smem[name]
         launch, ok, idx = d.cuLaunchKernel, d.CUresult.CUDA_SUCCESS, self.k.device_index
         stream = stream_getter()
-        split = partials(gx, tiles, K)
+        split = self.spec.split_k > 1
         bufs = self.buffers
 
         def run(a, b, c) -> None:
@@ -151,7 +104,7 @@ class StreamLauncher:
             u64[0].value, u64[1].value, u64[2].value = pa, pb, c.data_ptr()
             s = stream(idx)
             if split:
-                u64[3].value, u64[4].value = bufs(s, (gx, gy, gz), tiles, K)
+                u64[3].value, u64[4].value = bufs(s, (gx, gy, gz))
             res = launch(f, gx, gy, gz, threads, 1, 1, smem, s, a_args, 0)
             if res[0] != ok:
                 check(res, f"cuLaunchKernel({name} {M}x{N}x{K}, grid=({gx}, {gy}, {gz}), block={threads})")
@@ -164,4 +117,4 @@ def bytes_moved(M: int, N: int, K: int) -> int:
     return 2 * (M * K + K * N + M * N)
 
 
-__all__ = ["StreamLauncher", "plan", "tiles_of", "partials", "occupancy", "bytes_moved", "ENTRY_A", "ENTRY_B"]
+__all__ = ["StreamLauncher", "plan", "bytes_moved", "ENTRY_A", "ENTRY_B"]
