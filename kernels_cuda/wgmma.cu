@@ -68,8 +68,9 @@ DEVI void mbar_arrive_cluster(u32 bar, u32 cta) {
     u32 remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(cta));
     // Default semantics (release at CTA scope), as CUTLASS's ClusterBarrier::arrive: the slot's
-    // readers are the wgmmas already waited for. `.release.cluster` here made every cluster=2 spec
-    // 1.5-2.1x slower than the same spec without a cluster (H200, 2026-12-03): the suspect.
+    // readers are the wgmmas already waited for. With `.release.cluster` here every cluster=2 spec
+    // ran 1.5-2.1x slower than the same spec without a cluster; with the default, 0.93x median
+    // (0.49-1.21x, 208 pairs; H200, 2026-12-03, runs 28 and 30).
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");
 #else
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");

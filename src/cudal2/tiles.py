@@ -62,8 +62,9 @@ def _max_stages(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Kerne
 def candidates(problem: Problem, device: DeviceInfo, n: int = 8) -> list[KernelSpec]:
     """n valid cooperative wgmma specs, best modelled first (distinct tile and split, each with the
     deepest ring that fits, at most two per tile), then ping-pong versions of the two best tiles
-    that allow one (n + 2 at most). No 2-CTA clusters: on the H200 (2026-12-03) every cluster=2
-    spec ran at 0.3-0.86x of the same spec without a cluster (cause not established)."""
+    that allow one (n + 2 at most). No 2-CTA clusters: on the H200 (2026-12-03, run 30) a cluster=2
+    spec ran at 0.93x of the same spec without one (median of 208 pairs, 0.49-1.21x) and was the
+    best of its shape on 1 of 104 (bench/hopper_sweep.py --clusters N tries them)."""
     sms = device.sm_count or 132
     bns = [b for b in range(16, 257, 16) if problem.layout == "nt" or b % 64 == 0]
     scored = []
