@@ -367,6 +367,12 @@ def test_cuda_bind_packs_what_run_packs(monkeypatch, family, text, shape, layout
         assert got[5][0] == a2.data_ptr() and got[5][1:3] == want[0][5][1:3] and got[5][4:] == [M, N, K]
     else:
         assert got[5][0] != want[0][5][0] and got[5][1:] == want[0][5][1:]    # a's tensor map moved
+        # A fresh output (what a no-out call gets from the caching allocator): only C's map moves.
+        c2 = torch.empty(M, N, dtype=h)
+        drv.launches.clear()
+        f(a2, b, c2)
+        got2 = drv.launches[0][5]
+        assert got2[:2] == got[5][:2] and got2[2] != got[5][2] and got2[3:] == got[5][3:]
 
 
 if __name__ == "__main__" and "--worker" in sys.argv:

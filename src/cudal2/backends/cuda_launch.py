@@ -174,35 +174,49 @@ class CudaKernel:
             blocks = min(_cdiv(M * N, 256), self.sm_count * 16)
             self._launch("cudal2_splitk_reduce", (blocks, 1, 1), 256, 0, s, self._red_args)
 
-    def _tensor_maps(self, M, N, K, bshape: tuple, pa, pb, pc) -> tuple[bytes, bytes, bytes]:
-        key = (pa, M, K, pb, bshape, pc)
+    def _tensor_maps(self, M, N, K, bshape: tuple, pa, pb) -> tuple[bytes, bytes]:
+        """A's and B's tensor maps, encoded once per (pointer, shape) pair."""
+        key = (pa, M, K, pb, bshape)
         hit = self._tmaps.get(key)
         if hit is not None:
             return hit
-        if (pa | pb | pc) % 16:
-            raise ValueError("wgmma (TMA) needs 16-byte aligned a, b and c")
+        if (pa | pb) % 16:
+            raise ValueError("wgmma (TMA) needs 16-byte aligned a and b")
         if K % 8 or N % 8:
             raise ValueError(f"wgmma (TMA) needs N % 8 == 0 and K % 8 == 0, got N={N} K={K}")
         sp, cl = self.spec, self.spec.cluster
         ta = _encode(pa, K, M, 64, sp.bm)
         tb = _encode(pb, K, N, 64, sp.bn // cl) if self.layout == "nt" else _encode(pb, N, K, 64, 64 // cl)
-        # C: the epilogue's store box, one warpgroup's rows by epi_cols columns, swizzled as staged.
-        crows = sp.bm if sp.pingpong else sp.bm // sp.consumers
-        tc = _encode(pc, N, M, sp.epi_cols, crows)
         if len(self._tmaps) >= _TMAP_CACHE_MAX:
             self._tmaps.clear()
-        self._tmaps[key] = (ta, tb, tc)
-        return ta, tb, tc
+        self._tmaps[key] = (ta, tb)
+        return ta, tb
+
+    def _c_map(self, M, N, pc) -> bytes:
+        """C's tensor map: the epilogue's store box, one warpgroup's rows by epi_cols columns,
+        swizzled as staged. Cached on its own: a fresh output each call (the caching allocator
+        alternates blocks) must not re-copy A's and B's maps."""
+        key = ("c", pc, M, N)
+        hit = self._tmaps.get(key)
+        if hit is not None:
+            return hit
+        if pc % 16:
+            raise ValueError("wgmma (TMA) needs a 16-byte aligned c")
+        sp = self.spec
+        crows = sp.bm if sp.pingpong else sp.bm // sp.consumers
+        if len(self._tmaps) >= _TMAP_CACHE_MAX:
+            self._tmaps.clear()
+        tc = self._tmaps[key] = _encode(pc, N, M, sp.epi_cols, crows)
+        return tc
 
     # CTAs a persistent cluster launch may have resident at once (None: one per SM).
     cluster_ctas: int | None = None
 
     def _cluster_capacity(self) -> int:
         """CTAs in the clusters that fit on the device at once (cuOccupancyMaxActiveClusters): a
-        persistent grid of more clusters than fit runs its last ones as a second wave, doubling the
-        time. On the H200 (2026-12-03) every cluster=2 spec, launched with 132 / 2 clusters, ran at
-        0.3-0.86x of the same spec without a cluster; GPCs with an odd number of free SMs leave
-        fewer than 66 pairs, the first suspect. A failed query keeps one CTA per SM."""
+        persistent grid of more clusters than fit would run its last ones as a second wave. (On the
+        H200 all 66 pairs fit; the cluster slowdown seen there was the slot release's semantics,
+        kernels_cuda/wgmma.cu.) A failed query keeps one CTA per SM."""
         d, cl = _drv(), self.spec.cluster
         cfg = d.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = cl * (self.sm_count // cl), 1, 1
@@ -241,8 +255,8 @@ class CudaKernel:
         return pair[0].data_ptr(), pair[1].data_ptr()
 
     def _call_wgmma(self, M, N, K, b, pa, pb, pc, s) -> None:
-        ta, tb, tc = self._tensor_maps(M, N, K, tuple(b.shape), pa, pb, pc)
-        for slot, m in zip(self._maps, (ta, tb, tc)):
+        ta, tb = self._tensor_maps(M, N, K, tuple(b.shape), pa, pb)
+        for slot, m in zip(self._maps, (ta, tb, self._c_map(M, N, pc))):
             ctypes.memmove(slot, m, 128)
         if self.spec.split_k > 1:
             self._u64[2].value, self._u64[3].value = self._splitk_workspace(M, N, s, b.device)
@@ -322,14 +336,18 @@ class CudaKernel:
         stream = stream_getter()
         bshape = (K, N) if self.layout == "nn" else (N, K)
         split, wss = sp.split_k > 1, self._ws_streams
-        last = [None, None]
+        last = [None, None, None]
 
         def run(a, b, c) -> None:
             pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-            if last[0] != (pa, pb, pc):     # maps encode the operand pointers: rewrite when they move
-                for slot, m in zip(maps, self._tensor_maps(M, N, K, bshape, pa, pb, pc)):
-                    ctypes.memmove(slot, m, 128)
-                last[0] = (pa, pb, pc)
+            if last[0] != (pa, pb):     # maps encode the operand pointers: rewrite when they move
+                ta, tb = self._tensor_maps(M, N, K, bshape, pa, pb)
+                ctypes.memmove(maps[0], ta, 128)
+                ctypes.memmove(maps[1], tb, 128)
+                last[0] = (pa, pb)
+            if last[2] != pc:
+                ctypes.memmove(maps[2], self._c_map(M, N, pc), 128)
+                last[2] = pc
             s = stream(idx)
             # One workspace per stream; re-read when the stream changes or another size grew
             # (replaced) this stream's buffer. A buffer only grows, so the same one still fits.
