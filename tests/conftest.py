@@ -65,3 +65,25 @@ def hopper():
 def gpu_device():
     from cudal2.device import current
     return current()
+
+
+@pytest.fixture
+def sass(tmp_path):
+    """f(cubin bytes) -> its SASS text, by the cuobjdump the triton wheel ships
+    (triton/backends/nvidia/bin); the test is skipped where there is none."""
+    import subprocess
+    from pathlib import Path
+    try:
+        import triton
+    except ImportError:
+        pytest.skip("no triton: its wheel carries the cuobjdump these SASS checks use")
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not tool.is_file():
+        pytest.skip("no cuobjdump (ships with the triton wheel at triton/backends/nvidia/bin)")
+
+    def dump(binary: bytes) -> str:
+        cubin = tmp_path / "k.cubin"
+        cubin.write_bytes(binary)
+        return subprocess.run([str(tool), "--dump-sass", str(cubin)], capture_output=True, text=True,
+                              check=True).stdout
+    return dump

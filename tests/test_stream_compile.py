@@ -6,7 +6,6 @@ of the kernel's index math (tests/stream_emulate.py) computes exact products, sp
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -43,14 +42,6 @@ def _spec(text: str | None, p: Problem, dev) -> KernelSpec:
     return validate(KernelSpec.parse("backend=cuda family=stream " + text), p, dev)
 
 
-def _cuobjdump() -> str | None:
-    try:
-        import triton
-    except ImportError:
-        return None
-    p = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return str(p) if p.is_file() else None
-
 
 @pytest.mark.parametrize("layout", ["nn", "nt"])
 @pytest.mark.parametrize("shape", PROBLEMS, ids=lambda s: "x".join(map(str, s)))
@@ -69,15 +60,9 @@ def test_compiles_without_spills(backend, hopper, shape, layout, text):
 
 @pytest.mark.parametrize("layout,want", [("nt", ("LDGSTS.E.BYPASS.128", "LDS.128")),
                                          ("nn", ("LDGSTS.E.BYPASS.128", "LDSM.16.MT88"))])
-def test_sass_tensor_cores_no_local_memory(backend, hopper, tmp_path, layout, want):
-    tool = _cuobjdump()
-    if tool is None:
-        pytest.skip("no cuobjdump (ships with the triton wheel at triton/backends/nvidia/bin)")
+def test_sass_tensor_cores_no_local_memory(backend, hopper, sass, layout, want):
     p = Problem(7, 4096, 4096, layout)
-    art = backend.compile(_spec(SPECS[1], p, hopper), p, hopper)
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(art.binary)
-    sass = subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    sass = sass(backend.compile(_spec(SPECS[1], p, hopper), p, hopper).binary)
     funcs = sass.split("Function : ")[1:]
     assert {f.split()[0] for f in funcs} == {ENTRY_A, ENTRY_B}
     for f in funcs:
