@@ -8,6 +8,12 @@ Canonical text: every field as `key=value`, space separated, in FIELDS order, e.
   backend=triton family=tiled bm=128 bn=128 bk=64 warps=8 stages=4 group_m=8 split_k=1 subtile=1 warp_spec=0 cluster=1
 Each `key=value` is one policy token.
 
+family=wgmma (CUDA, sm_90a; kernels_cuda/wgmma.cu): bm 64/128/256 over the consumer warpgroups,
+bn any multiple of 16 (nt) or 64 (nn), bk 64, warps 8 (one consumer warpgroup) or 12 (two),
+warp_spec 1 = cooperative consumers, 2 = ping-pong, split_k = K slices reduced in the same launch
+(fixed order), cluster 2 = two CTAs along M sharing B by TMA multicast, stages up to what shared
+memory holds beside the epilogue's staging; subtile is pinned.
+
 family=stream (CUDA, decode / skinny: min(M, N) <= 64; kernels_cuda/stream.cu) reads the fields as:
 bm = rows of the large operand per CTA (16-128), bn = tokens of the small one per CTA (16-64),
 warps = K split inside the CTA, stages = 32-k chunks in flight per warp (its cp.async ring),
