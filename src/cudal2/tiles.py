@@ -34,9 +34,9 @@ def estimate(problem: Problem, bm: int, bn: int, split: int, sms: int) -> float:
     """Model time (arbitrary units): whole waves of work units, each unit's MMA work at its tile's
     rate plus a fixed per-unit prologue/epilogue, plus the split-K partial traffic.
 
-    On the H200 (2026-12-03, bench/results/h200-sm90/hopper_sweep_*) this simple form ranked better
-    than one with an L2->SM load term and 2-CTA clusters: that one put split-K and cluster specs
-    first, which measured slower (starved geomean 0.76x against 0.96x, same shapes)."""
+    On the H200 (2026-12-03, bench/results/h200-sm90/hopper/run25_* vs run26_*) this simple form
+    ranked better than one with an L2->SM load term and 2-CTA clusters: that one put split-K and
+    cluster specs first, which measured slower (starved geomean 0.76x against 0.96x)."""
     tiles = math.ceil(problem.M / bm) * math.ceil(problem.N / bn)
     units = tiles * split
     waves = math.ceil(units / sms)
