@@ -53,8 +53,9 @@ class SharedEvaluator:
     `cost_model` (bench/study_model.py's CostModel, for dry runs) charges modelled device seconds per call."""
 
     def __init__(self, inner, *, store=None, run_id=None, device_key: str | None = None,
-                 deadline: float | None = None, cost_model=None):
+                 deadline: float | None = None, cost_model=None, on_new=None):
         self.inner, self.store, self.run_id = inner, store, run_id
+        self.on_new = on_new        # called with each call's new measurements (generate's one-line reports)
         self.device_key = device_key or getattr(inner, "device_key", None) or inner.device.key
         self.deadline = deadline                   # time.monotonic() value
         self.model = cost_model
@@ -158,6 +159,8 @@ class SharedEvaluator:
             a["unique"] += len(rows)
             if rows and self.store is not None:
                 self.store.add(rows, run_id=self.run_id)   # one transaction per call
+            if rows and self.on_new is not None:
+                self.on_new(problem, rows)
             if self.model is not None:
                 ahead = sum((problem.text, m.spec) in self._ahead for m in new)
                 s = self.model.call_s(problem, new, self.profiles[profile]["config"],

@@ -69,7 +69,7 @@ def test_planted_faults_each_recorded_and_the_run_goes_on():
             assert st[s].check["passed"] and st[s].reason == ""
         assert "exit code 134" in st[CRASH].reason and "during the check" in st[CRASH].reason
         assert "no answer within 2 s" in st[HANG].reason
-        assert "planted compile error" in st[BADC].reason and "does not compile" in st[BADC].reason
+        assert st[BADC].reason == "planted compile error" and "does not compile" in st[BADC].meta["compile_log"]
         assert st[WRONG].reason == "random: planted wrong result" and not st[WRONG].check["passed"]
         assert ms[6].reason == expected_reason(INVALID)
         assert ms[7].reason.startswith("bm: 100 is not one of")
@@ -140,7 +140,7 @@ def test_fake_evaluator_with_a_plain_function_clock():
     assert [m.time_us for m in ms[:3]] == [50.0, 20.0, 55.0]
     assert ms[6].ratio == pytest.approx(1000.0 / 20.0)       # no baselines: the best candidate is the bar
     assert ms[0].best_cublas_us is None and ms[0].speedup is None
-    assert "too many resources" in ms[5].reason
+    assert ms[5].reason == "ptxas failed" and "too many resources" in ms[5].meta["compile_log"]
     assert ev.evaluate(P, [OK3])[0].reason.startswith("duplicate binary")
     # The best so far carries over to later batches: alone, 1000 us is measured against the 20 us known.
     late = ev.evaluate(P, [spec(bm=32)])[0]
@@ -335,7 +335,7 @@ def test_prefetched_compiles_are_used_and_a_dying_ahead_pool_falls_back():
         assert ev.prefetch(P, [OK1, OK2, BADC, INVALID, OK1]) == 3       # invalid and repeated ones skipped
         ms = ev.evaluate(P, [OK1, BADC, OK2])
         assert [m.status for m in ms] == ["ok", "compile_error", "ok"]
-        assert ev.compiled_ahead == 3 and "does not compile" in ms[1].reason
+        assert ev.compiled_ahead == 3 and "does not compile" in ms[1].meta["compile_log"]
         # A compile that kills its (ahead) worker: evaluate compiles it again the ordinary way, which
         # charges the death to that spec alone; the others still come through.
         assert ev.prefetch(P, [BOOM, OK3]) == 2

@@ -350,6 +350,29 @@ def prepare(names, problem: Problem, a, b, c, *, ref: torch.Tensor | None = None
     return out
 
 
+def unbuildable(names) -> dict[str, str]:
+    """{name: reason} for the baselines in `names` that cannot be built in this process, found
+    without touching a GPU: the cuBLAS and cuBLASLt ones need nvmath-python (importable, with its
+    cublas and cublasLt bindings). `cudal2 generate` and `compare` refuse to run on such a bar
+    unless the user names the baselines (issue 21: the bar cannot drop silently)."""
+    need = [n for n in names if n != "torch"]
+    if not need:
+        return {}
+    try:
+        nvmath_libs()
+    except BaselineUnavailable as e:
+        return {n: str(e) for n in need}
+    return {}
+
+
+def refusal(missing: Mapping[str, str]) -> str:
+    """The one-line refusal for baselines that cannot form best-cublas (see `unbuildable`)."""
+    names = ", ".join(missing)
+    why = next(iter(missing.values())).removeprefix("unavailable: ")
+    return (f"best-cublas cannot be formed: {names} cannot be built ({why}); install nvmath-python "
+            f"(pip install nvmath-python) or name the baselines to run without them (--baselines torch)")
+
+
 def best(stats: Mapping) -> tuple[str, float]:
     """best-cublas: the fastest (offline median) of the baselines present in `stats`."""
     cand = {n: s for n, s in stats.items() if n in NAMES}

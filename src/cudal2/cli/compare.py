@@ -90,8 +90,10 @@ def kernel_source(spec_text: Optional[str], registry: Optional[str], device) -> 
     return get
 
 
-def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, device="cuda") -> dict:
-    """One row (report.py's columns) for one problem. `device` is "cuda" but for CPU tests."""
+def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, device="cuda", strict=False) -> dict:
+    """One row (report.py's columns) for one problem. `device` is "cuda" but for CPU tests. `strict`:
+    a baseline that serves the layout but could not be built raises BaselineUnavailable (one line)
+    rather than leaving best-cublas without it."""
     import torch
     from .. import baselines, timing
     from ..check import reference
@@ -104,6 +106,11 @@ def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, dev
     reasons: dict[str, str] = {}
     fns = baselines.prepare(names, problem, a, b, c, ref=ref, reasons=reasons,
                             tune_calls=cfg.tune_calls, retune=cfg.retune)
+    dropped = [n for n in names if n not in fns and not baselines.serves(n, problem.layout)]
+    if strict and dropped:
+        raise baselines.BaselineUnavailable(
+            f"{problem}: best-cublas cannot be formed: baseline {dropped[0]} could not be built "
+            f"({reasons.get(dropped[0], 'unavailable')}); name the baselines to run without it (--baselines ...)")
     del ref
     row: dict = {"shape": problem.shape, "M": problem.M, "N": problem.N, "K": problem.K,
                  "layout": problem.layout, "gflop": problem.flops / 1e9, "class": flop_class(problem.flops),
@@ -240,7 +247,9 @@ def compare_cmd(
     shapes: str = typer.Option("grid:50", "--shapes", help="grid | grid:N (every N-th) | FILE | MxNxK,..."),
     layout: str = typer.Option("nn", "--layout", help="nn (B is [K,N]) or nt (B is [N,K])"),
     mode: str = typer.Option("offline", "--mode", help="offline, server or both"),
-    baselines_arg: str = typer.Option("all", "--baselines", help="all or a comma list of baselines"),
+    baselines_arg: Optional[str] = typer.Option(
+        None, "--baselines", help="all (the default: compare refuses to run when one cannot be built, e.g. "
+        "nvmath-python missing) or a comma list of baselines, e.g. torch, to run on those alone"),
     registry: Optional[str] = typer.Option(None, "--registry", help="time the registry's kernel per shape"),
     spec: Optional[str] = typer.Option(None, "--spec", help="time this kernel spec (key=value ...)"),
     csv_path: Optional[str] = typer.Option(None, "--csv", help="write every figure as CSV"),
@@ -266,7 +275,7 @@ def compare_cmd(
         if layout not in ("nn", "nt"):
             raise UserError(f"--layout {layout!r}: choose nn or nt")
         modes = parse_modes(mode)
-        names = parse_baselines(baselines_arg)
+        names = parse_baselines(baselines_arg or "all")
         problems = parse_shapes(shapes, layout)
         if not problems:
             raise UserError(f"--shapes {shapes!r} names no shapes")
@@ -284,6 +293,10 @@ def compare_cmd(
     from ..device import current, gpu_available
     if not gpu_available():
         fail("no CUDA GPU here: compare times kernels on a GPU (torch.cuda.is_available() is False)", code=3)
+    strict = baselines_arg is None
+    from .. import baselines as bl
+    if strict and (missing := bl.unbuildable(names)):   # before any GPU work
+        fail(bl.refusal(missing))
     cfg = Config(min_calls=min_calls, min_ms=min_ms, server_calls=server_calls, gap_ms=gap_ms,
                  eager_calls=eager_calls, eager_ms=eager_ms, tune_calls=tune_calls, retune=retune, seed=seed)
     device = current()
@@ -292,7 +305,11 @@ def compare_cmd(
     except Exception as e:
         fail(str(e).splitlines()[0])
         return
-    rows, summ, meta = run(problems, names, modes, cfg, kernel_for, remeasure=remeasure)
+    try:
+        rows, summ, meta = run(problems, names, modes, cfg, kernel_for, remeasure=remeasure, strict=strict)
+    except bl.BaselineUnavailable as e:
+        fail(str(e))
+        return
     from rich.console import Console
     con = Console()
     if table:
@@ -304,7 +321,7 @@ def compare_cmd(
 
 
 def run(problems, names, modes, cfg: Config, kernel_for=None, *, remeasure=False, on_row=None,
-        progress=True):
+        progress=True, strict=False):
     """All shapes, with a rich progress bar; returns rows, summaries and meta (versions, config, peak)."""
     from dataclasses import asdict
 
@@ -319,12 +336,13 @@ def run(problems, names, modes, cfg: Config, kernel_for=None, *, remeasure=False
         task = bar.add_task("compare", total=len(problems))
         for p in problems:
             bar.update(task, description=f"compare {p}")
-            row = measure_shape(p, names, cfg, modes, peak, kernel_for)
+            row = measure_shape(p, names, cfg, modes, peak, kernel_for, strict=strict)
             rows.append(row)
             if on_row is not None:
                 on_row(row)
             bar.advance(task)
-    meta = {"versions": versions(), "config": {**asdict(cfg), "modes": list(modes), "baselines": list(names)},
+    meta = {"versions": versions(), "config": {**asdict(cfg), "modes": list(modes), "baselines": list(names),
+                                               "baselines_named": not strict},
             "peak": peak.to_dict()}
     return rows, summaries(rows, modes, names), meta
 

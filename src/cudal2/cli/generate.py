@@ -74,7 +74,7 @@ def _make_policy(spec: str, seed: int):
     raise ValueError(f"--policy {spec!r}: use 'default' or 'hf:PATH' (a local Hugging Face model directory)")
 
 
-def _file_winner(registry: Optional[str], best, device_key: str, margin: float = 1.0) -> str:
+def _file_winner(registry: Optional[str], best, device_key: str, margin: float = 1.0, names=None) -> str:
     """File a fully checked measurement; returns what happened, for the summary table."""
     from ..backends import get_backend
     from ..registry import RegistryError, record_winner
@@ -83,7 +83,7 @@ def _file_winner(registry: Optional[str], best, device_key: str, margin: float =
     try:
         source = get_backend(spec.backend).render(spec, Problem.parse(best.problem))
         entry = record_winner(registry, best, source, device_key, lt_algo=_lt_algo(device_key, best.problem),
-                              margin=margin)
+                              margin=margin, baselines=names)
     except (RegistryError, ImportError, ValueError) as e:
         return f"not filed: {str(e).splitlines()[0]}"
     if entry is None:
@@ -128,6 +128,10 @@ def generate_cmd(
         "(1.0: any win); below it the shape is filed as cuBLAS"),
     time_limit: Optional[float] = typer.Option(
         None, "--time-limit", help="seconds; stop cleanly after that (resume later)"),
+    baselines_arg: Optional[str] = typer.Option(
+        None, "--baselines", help="the baselines best-cublas is formed from: all (the default; generate refuses "
+        "to run when one cannot be built, e.g. nvmath-python missing) or a comma list, e.g. torch, to run "
+        "on those alone"),
     stride: int = typer.Option(
         1, "--stride", help="visit shape i*STRIDE mod n (coprime to n, e.g. 7): a time-limited run then covers "
         "the whole range of shapes, not the smallest first"),
@@ -150,6 +154,13 @@ def generate_cmd(
         fail(str(e))
     if time_limit is not None and time_limit <= 0:
         fail(f"--time-limit must be > 0 seconds (got {time_limit})")
+    from .compare import parse_baselines
+    from .errors import UserError
+    try:
+        names = parse_baselines(baselines_arg or "all")
+    except UserError as e:
+        fail(str(e))
+    strict = baselines_arg is None     # all five by default: none may drop out of the bar silently
     t_start = time.monotonic()
     try:
         problems = parse_shapes(shapes, layout)
@@ -195,7 +206,13 @@ def generate_cmd(
                      "or --replay STORE to search over stored measurements", code=3)
             from ..evaluate import make_evaluator
             kw = {"workers": workers} if workers else {}
-            evaluator = make_evaluator(cluster, **kw)
+            evaluator = make_evaluator(cluster, baselines=names, strict_baselines=strict, **kw)
+            check = getattr(evaluator, "unbuildable_baselines", None)
+            missing = check() if strict and check is not None else {}
+            if missing:          # before any GPU work: the evaluator's worker has not started
+                evaluator.close()
+                from ..baselines import refusal
+                fail(refusal(missing))
             device = evaluator.device
             device_key = device.key
             versions = dict(getattr(evaluator, "versions", {}) or {})
@@ -213,19 +230,23 @@ def generate_cmd(
               "group": group, "policy": policy, "replay": replay, "cluster": cluster, "seed": seed,
               "resume": resume, "device_info": device.to_dict(), "seed_list": seed_list, "screen_ms": screen_ms,
               "full_ms": full_ms, "screen_max_calls": screen_max_calls, "recheck": recheck_k,
-              "time_limit": time_limit, "stride": stride, "file_margin": file_margin}
+              "time_limit": time_limit, "stride": stride, "file_margin": file_margin,
+              # the baselines best-cublas is formed from, and whether the user named them
+              "baselines": None if replay else list(names), "baselines_named": baselines_arg is not None}
     run_id = store.new_run(config, device=device_key, versions=versions)
     from ..rl.shared_eval import SharedEvaluator
     deadline = t_start + time_limit if time_limit else None
-    shared = SharedEvaluator(evaluator, store=store, run_id=run_id, device_key=device_key, deadline=deadline)
+    shared = SharedEvaluator(evaluator, store=store, run_id=run_id, device_key=device_key, deadline=deadline,
+                             on_new=lambda problem, ms: _report_compile_errors(problem, ms, store_path))
     shared.add_profile("screen", **prof[0])
     shared.add_profile("full", **prof[1])
     opts = {"budget": budget, "group": group, "backends": _BACKENDS[backend], "seed": seed, "resume": resume,
             "registry": registry, "n_seed": n_seed, "seed_kind": seed_kind, "recheck": recheck_k, "deadline": deadline,
-            "file_margin": file_margin}
+            "file_margin": file_margin, "baselines": None if replay else list(names)}
+    from ..evaluate.procs import EvaluatorError
     try:
         results, left = _search(pol, shared, device, device_key, store, run_id, problems, opts)
-    except ValueError as e:          # e.g. no valid spec of the backend for a shape
+    except (ValueError, EvaluatorError) as e:   # e.g. no valid spec for a shape; a baseline that failed
         fail(str(e).splitlines()[0])
         return
     finally:
@@ -240,6 +261,15 @@ def generate_cmd(
     if left:
         typer.echo(f"stopped at the time limit: {left} of {len(problems)} shapes not finished; "
                    "run the same command with --resume to go on")
+
+
+def _report_compile_errors(problem, ms, store_path: str) -> None:
+    """One line per candidate that failed to compile: the error's first line and where its full log
+    is (the store's measurement row, meta.compile_log) - never the compiler's multi-page dump."""
+    for m in ms:
+        if m.status == "compile_error":
+            where = f"; full log: store {store_path}, meta.compile_log" if m.meta.get("compile_log") else ""
+            typer.echo(f"compile error {problem} {m.spec}: {m.reason}{where}", err=True)
 
 
 def _search(pol, shared, device, device_key, store, run_id, problems, o):
@@ -294,7 +324,7 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
             except StudyDeadline:
                 left = len(todo) - i
                 break
-            action = _file(o["registry"], out, device_key, o["file_margin"])
+            action = _file(o["registry"], out, device_key, o["file_margin"], o["baselines"])
             store.add_shape(p, device_key, log_row(out, action), run_id=run_id)
             results.append((out, action))
             totals["evals"] += out["evaluations"] + out["full_evaluations"]
@@ -310,18 +340,18 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
     return results, left
 
 
-def _file(registry, out, device_key: str, margin: float = 1.0) -> str:
+def _file(registry, out, device_key: str, margin: float = 1.0, names=None) -> str:
     """File the shape's outcome: the full pass's winner, or cuBLAS when nothing passed it but
     baselines were measured (so dispatch does not borrow a neighbour's kernel here)."""
     from ..registry import RegistryError, record_cublas
     if out["winner"] is not None:
-        return _file_winner(registry, out["winner"], device_key, margin)
+        return _file_winner(registry, out["winner"], device_key, margin, names)
     seen = out["screen_best"]
     if seen is None or not seen.baselines_us:
         return "nothing filed: no candidate passed the checks"
     try:
         entry = record_cublas(registry, out["problem"], device_key, seen.baselines_us, versions=seen.versions,
-                              lt_algo=_lt_algo(device_key, out["problem"]))
+                              lt_algo=_lt_algo(device_key, out["problem"]), baselines=names)
     except RegistryError as e:
         return f"not filed: {str(e).splitlines()[0]}"
     return "filed cublas (no kernel passed the full check)" if entry else "kept (registry has faster)"

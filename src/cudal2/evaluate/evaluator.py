@@ -35,7 +35,7 @@ from ..measurement import STATUSES, KernelCrash, KernelHang, Measurement, WrongR
 from ..problems import Problem
 from ..spec import KernelSpec, SpecError, validate
 from .procs import (CompilePool, EvaluatorError, WorkerDied, WorkerProcess, WorkerTimeout, available_cpus,
-                    backend_compile)
+                    backend_compile, first_line)
 
 # The same names as cudal2.baselines.NAMES and cudal2.check.CHECKS, repeated here so the parent
 # process need not import torch.
@@ -105,6 +105,12 @@ def apply_times(res: dict, ms: dict[str, Measurement]) -> float | None:
     return best_cublas
 
 
+def _layout_excluded(name: str, layout: str) -> bool:
+    """cudal2.baselines.serves' rule (repeated: this module does not import torch): cublas-nn serves
+    only nn, cublas-tn only nt; leaving one out for the other layout does not lower the bar."""
+    return (name == "cublas-nn" and layout != "nn") or (name == "cublas-tn" and layout != "nt")
+
+
 class Evaluator:
     def __init__(self, device_key: str | None = None, workers: int | None = None, timeout_s: float = 120.0,
                  early_stop: float | None = 3.0, *, checks: Sequence[str] = DEFAULT_CHECKS,
@@ -113,8 +119,12 @@ class Evaluator:
                  early_ms: float = 5.0, seed: int = 0, compile_timeout_s: float = 600.0,
                  start_timeout_s: float = 300.0, prepare_timeout_s: float = 600.0, device_index: int | None = None,
                  worker_target: Callable | None = None, worker_config: dict | None = None,
-                 compile_fn: Callable | None = None, prefetch_workers: int | None = None):
+                 compile_fn: Callable | None = None, prefetch_workers: int | None = None,
+                 strict_baselines: bool = False):
         _check_early_stop(early_stop)
+        # strict_baselines: a baseline that serves the problem's layout but could not be prepared
+        # (nvmath missing, a cuBLASLt failure) is an EvaluatorError, not a quietly lower bar.
+        self.strict_baselines = bool(strict_baselines)
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         from .worker import main
@@ -196,6 +206,16 @@ class Evaluator:
         self.device  # noqa: B018 (starts the worker)
         return dict(self._versions)
 
+    def unbuildable_baselines(self) -> dict[str, str]:
+        """{baseline: reason} for this evaluator's baselines that cannot be built here, found on the
+        CPU before any worker starts (cudal2.baselines.unbuildable); {} for a stand-in worker, which
+        times its own baselines."""
+        from .worker import main
+        if self.worker_target is not main:
+            return {}
+        from ..baselines import unbuildable
+        return unbuildable(self.problem_cfg["baselines"])
+
     def _ready(self, problem: Problem) -> WorkerProcess:
         """A live worker with `problem`'s inputs and baselines prepared."""
         if self._w is None:
@@ -214,6 +234,11 @@ class Evaluator:
                 raise EvaluatorError(f"{problem}: preparing inputs and baselines failed: {reply[1]}")
             self._problem = problem.text
             self.baselines_left_out[problem.text] = reply[1]["left_out"]
+            dropped = {n: why for n, why in reply[1]["left_out"].items() if not _layout_excluded(n, problem.layout)}
+            if self.strict_baselines and dropped:
+                n, why = next(iter(dropped.items()))
+                raise EvaluatorError(f"{problem}: best-cublas cannot be formed: baseline {n} could not be built "
+                                     f"({why}); name the baselines to run without it (--baselines ...)")
             self.phase_s["prepare"] += time.perf_counter() - t0
         return self._w
 
@@ -298,7 +323,8 @@ class Evaluator:
             if spec is None:
                 out[i] = mk(spec=text, status="invalid", reason=res)
             elif isinstance(res, tuple):
-                out[i] = mk(spec=text, status="compile_error", reason=res[1])
+                out[i] = mk(spec=text, status="compile_error", reason=first_line(res[1]),
+                            meta={"compile_log": res[2]} if len(res) > 2 else {})
             elif (profile, problem.text, res.binary_hash) in self._seen or res.binary_hash in first:
                 dups.append((i, res.binary_hash))
             else:

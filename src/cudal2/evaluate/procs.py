@@ -18,6 +18,7 @@ from ..problems import Problem
 from ..spec import KernelSpec
 
 LOG_LINES = 12
+LOG_LIMIT = 1 << 20     # bytes of a compile log kept (Measurement.meta["compile_log"])
 
 
 class EvaluatorError(RuntimeError):
@@ -35,6 +36,56 @@ class WorkerTimeout(Exception):
 def first_lines(text: str, n: int = LOG_LINES, limit: int = 2000) -> str:
     lines = [ln for ln in str(text).splitlines() if ln.strip()]
     return "\n".join(lines[:n])[:limit]
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    """The first non-blank line of an error, stripped and cut to `limit` characters: what a compile
+    failure reports (its full log goes to Measurement.meta["compile_log"], and so to the store)."""
+    return first_lines(text, 1, limit).strip() or "compile failed (no message)"
+
+
+def compile_failure(text: str, output: str = "") -> tuple:
+    """("error", first line, full log): a compile failure as the compile pools return it."""
+    log = str(text)
+    if output.strip():
+        log += "\n--- compiler output (stdout/stderr) ---\n" + output
+    return ("error", first_line(text), log[:LOG_LIMIT])
+
+
+class _CapturedOutput:
+    """Redirects file descriptors 1 and 2 to a temporary file (what a compiler's C++ side prints,
+    e.g. Triton's MLIR dump of a failed pass, which Python's sys.stderr never sees); `text` is it.
+    Used only in a compile worker process: the descriptors are process-wide."""
+
+    def __enter__(self):
+        import sys
+        import tempfile
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:
+                pass
+        self._tmp = tempfile.TemporaryFile(mode="w+b")
+        self._saved = [os.dup(1), os.dup(2)]
+        os.dup2(self._tmp.fileno(), 1)
+        os.dup2(self._tmp.fileno(), 2)
+        self.text = ""
+        return self
+
+    def __exit__(self, *exc):
+        import sys
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:
+                pass
+        for fd, saved in zip((1, 2), self._saved):
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._tmp.seek(0)
+        self.text = self._tmp.read()[:LOG_LIMIT].decode("utf-8", "replace")
+        self._tmp.close()
+        return False
 
 
 def available_cpus() -> int:
@@ -57,13 +108,20 @@ def backend_compile(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> A
 
 
 def compile_one(compile_fn, spec, problem, device):
-    """Runs in a compile worker: an Artifact, or ("error", message) - exceptions stay in here."""
-    try:
-        return compile_fn(spec, problem, device)
-    except CompileError as e:
-        return ("error", first_lines(e))
-    except Exception as e:   # a backend bug is this candidate's failure, not the run's
-        return ("error", first_lines(f"{type(e).__name__}: {e}"))
+    """Runs in a compile worker: an Artifact, or ("error", first line, full log) - exceptions stay
+    in here. In a worker process the compiler's own stdout/stderr is captured into the log, so a
+    failed candidate prints nothing (the caller reports one line; the log goes to the store)."""
+    import contextlib
+    cap = _CapturedOutput() if mp.parent_process() is not None else contextlib.nullcontext()
+    err = None
+    with cap:
+        try:
+            return compile_fn(spec, problem, device)
+        except CompileError as e:
+            err = str(e)
+        except Exception as e:   # a backend bug is this candidate's failure, not the run's
+            err = f"{type(e).__name__}: {e}"
+    return compile_failure(err, getattr(cap, "text", ""))
 
 
 def _exit_text(code: int | None) -> str:

@@ -55,6 +55,9 @@ class Entry:
     versions: dict = field(default_factory=dict)
     run_id: Any = None
     ts: Any = None
+    # The baselines best-cublas was formed from (the run's --baselines; those that ran are
+    # baselines_us's keys); [] in entries filed before this was recorded.
+    baselines: list = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -95,6 +98,8 @@ class Entry:
         for name in ("baselines_us", "times", "check", "versions"):
             if not isinstance(getattr(self, name), dict):
                 raise RegistryError(f"{self.key}: {name} must be an object, got {getattr(self, name)!r}")
+        if not isinstance(self.baselines, list) or not all(isinstance(n, str) for n in self.baselines):
+            raise RegistryError(f"{self.key}: baselines must be a list of names, got {self.baselines!r}")
         bad = {k: v for k, v in self.baselines_us.items() if not isinstance(k, str) or not _time_ok(v)}
         if bad:
             raise RegistryError(f"{self.key}: baselines_us must map names to positive numbers, got {bad!r}")

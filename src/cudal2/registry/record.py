@@ -12,15 +12,16 @@ def _get(m, name, default=None):
 
 
 def record_winner(registry_path, measurement, source_text: str | None, device_key: str | None = None,
-                  force: bool = False, lt_algo: dict | None = None, margin: float = 1.0) -> Entry | None:
+                  force: bool = False, lt_algo: dict | None = None, margin: float = 1.0,
+                  baselines=None) -> Entry | None:
     """File a Measurement (object or dict, ARCHITECTURE.md fields) as its problem's winner.
 
     A kernel that does not beat best-cublas by `margin` (time * margin < best-cublas; 1.0: any win)
     is filed as a "cublas" winner (dispatch then runs the fastest cuBLAS call, cudal2.lt_dispatch).
     An existing entry is kept if its speedup over best-cublas (a ratio from one run, robust to
     drift between runs) is higher, unless `force`. `lt_algo`: cuBLASLt autotune's
-    algorithm for the problem (cudal2.lt_dispatch), recorded if the entry says cuBLAS. Returns the
-    filed entry or None.
+    algorithm for the problem (cudal2.lt_dispatch), recorded if the entry says cuBLAS. `baselines`:
+    the names best-cublas was formed from (Entry.baselines). Returns the filed entry or None.
     """
     check_margin(margin)
     status = _get(measurement, "status")
@@ -43,7 +44,7 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
                   baselines_us=baselines, times=dict(_get(measurement, "times") or {}),
                   check=check if isinstance(check, dict) else getattr(check, "to_dict", lambda: {})(),
                   versions=dict(_get(measurement, "versions") or {}),
-                  run_id=_get(measurement, "run_id"), ts=_get(measurement, "ts"))
+                  run_id=_get(measurement, "run_id"), ts=_get(measurement, "ts"), baselines=list(baselines or []))
     if not wins:
         # Keep what the best kernel reached, for the record; the entry dispatches to cuBLAS.
         entry.times = {**entry.times, "best_kernel_us": t, "best_kernel_spec": spec.text}
@@ -56,7 +57,8 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
 
 
 def record_cublas(registry_path, problem: str | Problem, device_key: str, baselines_us: dict,
-                  versions: dict | None = None, force: bool = False, lt_algo: dict | None = None) -> Entry | None:
+                  versions: dict | None = None, force: bool = False, lt_algo: dict | None = None,
+                  baselines=None) -> Entry | None:
     """File "cuBLAS wins" for a problem where no generated kernel passed the checker at all, so
     dispatch uses torch.matmul there instead of borrowing a nearby problem's kernel."""
     p = problem if isinstance(problem, Problem) else Problem.parse(problem)
@@ -68,5 +70,5 @@ def record_cublas(registry_path, problem: str | Problem, device_key: str, baseli
         return None
     e = Entry(problem=p.text, device=device_key, backend="cublas", time_us=baselines_us[name],
               best_cublas_us=baselines_us[name], best_cublas=name, baselines_us=dict(baselines_us),
-              versions=dict(versions or {}), lt_algo=lt_algo)
+              versions=dict(versions or {}), lt_algo=lt_algo, baselines=list(baselines or []))
     return reg.add(e, None)

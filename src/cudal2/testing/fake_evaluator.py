@@ -16,7 +16,7 @@ from ..evaluate.evaluator import (DEFAULT_BASELINES, DEFAULT_CHECKS, Evaluator, 
                                   parse_and_validate)
 from ..measurement import KernelCrash, KernelHang, Measurement, WrongResult
 from ..problems import Problem
-from ..evaluate.procs import EvaluatorError, first_lines
+from ..evaluate.procs import EvaluatorError, first_line
 from ..spec import KernelSpec
 
 
@@ -84,7 +84,8 @@ class FakeEvaluator:
                 timed[h] = (t, m)
                 m.check = stub_report(problem, checks)
             except CompileError as e:   # as in the Evaluator: no binary, nothing to copy later
-                m.status, m.reason, m.binary_hash = "compile_error", first_lines(e), ""
+                m.status, m.reason, m.binary_hash = "compile_error", first_line(str(e)), ""
+                m.meta = {"compile_log": str(e)}
                 continue
             except WrongResult as e:
                 m.check = stub_report(problem, checks, str(e))
@@ -108,6 +109,10 @@ class FakeEvaluator:
         return out
 
     evaluate_many = Evaluator.evaluate_many
+
+    def unbuildable_baselines(self) -> dict[str, str]:
+        """{}: the stand-in times every baseline it is given (from its clock), nvmath or not."""
+        return {}
 
     def close(self) -> None:
         pass

@@ -22,7 +22,8 @@ from ..problems import Problem
 class HashClock:
     """A deterministic stub clock: µs from a hash of (spec, problem), planted faults by spec text.
 
-    faults: {spec text: "compile" | "compile_crash" (clock_compile ends its process) | "wrong" |
+    faults: {spec text: "compile" | "compile_crash" (clock_compile ends its process) |
+             "compile_noisy" (clock_compile prints an MLIR-like dump to fd 1/2, then fails) | "wrong" |
     "wrong_edges" (fails only where the checks include "edges": passes a screen without them) |
     "crash" | "crash_timing" (the stand-in worker dies when timing it) | "hang" | "slow" (10x its
     hashed time)}; delay_s: seconds each call takes
@@ -78,6 +79,13 @@ def clock_compile(spec, problem, device, clock=None) -> Artifact:
     if clock is not None:
         if getattr(clock, "faults", {}).get(spec.text) == "compile_crash":
             os._exit(11)   # as a segfaulting compiler would
+        if getattr(clock, "faults", {}).get(spec.text) == "compile_noisy":
+            # As Triton's MLIR passes fail: pages of IR on the process's stderr, then a long error.
+            os.write(2, b"".join(b"%%%d = tt.load %%arg%d : tensor<128x64xf16> // MLIR_DUMP\n" % (i, i)
+                                 for i in range(400)))
+            os.write(1, b"MLIR_DUMP on stdout too\n")
+            raise CompileError("PassManager::run failed: out of shared memory",
+                               log="\n".join(f"MLIR_LOG line {i}" for i in range(200)))
         try:
             clock(spec, problem)
         except CompileError:
@@ -124,7 +132,12 @@ class ClockHandler:
         self.times.clear()
         get = getattr(self.clock, "baselines", None)
         self.base = {n: t for n, t in (get(problem) if get else {}).items() if n in cfg.get("baselines", ())}
-        return {"baselines": sorted(self.base), "left_out": {}}
+        # A clock may plant baselines that could not be built: {name: reason} (clock.left_out).
+        left_out = {n: why for n, why in (getattr(self.clock, "left_out", None) or {}).items()
+                    if n in cfg.get("baselines", ())}
+        for n in left_out:
+            self.base.pop(n, None)
+        return {"baselines": sorted(self.base), "left_out": left_out}
 
     def _run(self, art: Artifact) -> float:
         try:
