@@ -63,7 +63,7 @@ def _compile(args):
         return text, layout, (str(e).splitlines() or [type(e).__name__])[0][:200]
 
 
-def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0) -> dict:
+def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite: int = 0) -> dict:
     """Per problem: the cost model's candidates, the first `clusters` of them again on a 2-CTA
     cluster (where valid), then the extra specs valid there."""
     import dataclasses
@@ -72,7 +72,7 @@ def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0) -> di
     from cudal2.tiles import candidates
     out = {}
     for p in problems:
-        cands = candidates(p, dev, n_cands)
+        cands = candidates(p, dev, n_cands, lite=lite)
         specs = [s.text for s in cands]
         for s in cands[:clusters]:
             c = dataclasses.replace(s, cluster=2)
@@ -158,6 +158,7 @@ def main() -> int:
     ap.add_argument("--n-cands", type=int, default=8, help="cost-model candidates per shape")
     ap.add_argument("--extra", default="", help="';'-separated spec texts tried where valid")
     ap.add_argument("--clusters", type=int, default=0, help="also try the first N candidates on a 2-CTA cluster")
+    ap.add_argument("--lite", type=int, default=0, help="also try the lite schedule (warp_spec 0) of the N best tiles")
     ap.add_argument("--min-ms", type=float, default=10.0, help="offline timing per function, at least")
     ap.add_argument("--time-limit", type=float, default=400.0, help="start no shape after this many seconds")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="compile processes")
@@ -176,7 +177,8 @@ def main() -> int:
     layouts = args.layouts.split(",")
     problems = ([q.with_layout(l) for l in layouts for q in parse_shapes(args.shapes)] if args.shapes
                 else pick_shapes(args.classes.split(","), args.per_class, layouts))
-    specs = plan(problems, dev, args.n_cands, [t for t in args.extra.split(";") if t.strip()], args.clusters)
+    specs = plan(problems, dev, args.n_cands, [t for t in args.extra.split(";") if t.strip()], args.clusters,
+                 args.lite)
     jobs = {(t, p.layout): (t, p.shape, p.layout, dev.to_dict()) for p in problems for t in specs[p]}
     errors = {}
     with ProcessPoolExecutor(args.jobs) as ex:

@@ -53,6 +53,7 @@ def defines(spec: KernelSpec, layout: str) -> dict[str, int]:
     if spec.family == "wgmma":
         d["CONSUMERS"] = spec.consumers
         d["PINGPONG"] = int(spec.pingpong)
+        d["LITE"] = int(spec.warp_spec == 0)
         d["EPI_COLS"] = spec.epi_cols
     return d
 

@@ -1,6 +1,10 @@
 // cudal2 wgmma family (sm_90a): persistent, warp-specialised Hopper GEMM with an asynchronous
 // TMA-store epilogue and split-K in one launch.
-//   warpgroup 0      producer: one thread issues TMA loads (cp.async.bulk.tensor.2d) of A and B
+//   LITE=1 (warp_spec 0, the low-latency schedule for tiny and launch-bound shapes): no producer
+//                    warpgroup, no setmaxnreg, no persistent loop (one work unit per CTA): thread 0
+//                    issues the first STAGES k-tiles at once (all of K where it fits, so one load
+//                    latency) and refills each slot as the consumers release it; 1-2 warpgroups.
+//   warpgroup 0      producer (LITE=0): one thread issues TMA loads (cp.async.bulk.tensor.2d) of A and B
 //                    tiles into a STAGES-deep ring of 128-byte-swizzled smem, completed on "full"
 //                    mbarriers; it waits on "empty" mbarriers before reusing a slot. It runs ahead
 //                    into the next work unit while the consumers finish the last one.
@@ -24,7 +28,7 @@
 // CLUSTER=2 the two CTAs of a cluster take vertically adjacent tiles, share the B tile, and each
 // loads half of it multicast into both CTAs' smem. Layout nt: both operands K-major; nn: B is
 // N-major and wgmma reads it through the transpose bit.
-// Knobs (macros): BM BN BK(=64) WARPS CONSUMERS PINGPONG STAGES GROUP_M CLUSTER SPLIT_K LAYOUT_NT
+// Knobs (macros): BM BN BK(=64) WARPS CONSUMERS PINGPONG LITE STAGES GROUP_M CLUSTER SPLIT_K LAYOUT_NT
 //                 EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest dividing BN).
 
 #define THREADS (WARPS * 32)
@@ -97,7 +101,6 @@ DEVI void tma_store(const TensorMap* map, u32 src, int c0, int c1) {
 DEVI void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // The staging may be written again once the bulk stores have read it (not yet landed in global).
 DEVI void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-DEVI void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 // Barrier over one warpgroup (ids 1.. ; 0 is __syncthreads).
 DEVI void wg_bar(int id) { asm volatile("bar.sync %0, 128;" :: "r"(id) : "memory"); }
 DEVI void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
@@ -159,6 +162,32 @@ DEVI void ring_advance(int& s, u32& phase, int n) {
     s = x % STAGES;
 }
 
+// Load k-tile kt of tile (tm, tn) into ring slot s once its consumers have released it.
+DEVI void produce(const TensorMap* tmA, const TensorMap* tmB, u32 ring, u32 full0, u32 empty0, int tm, int tn,
+                  int kt, u32 rank, int& s, u32& phase) {
+    mbar_wait(empty0 + 8 * s, phase ^ 1);
+    const u32 fb = full0 + 8 * s, sa = ring + s * STAGE_BYTES, sb = sa + A_BYTES;
+    mbar_expect_tx(fb, STAGE_BYTES);
+    tma_load(sa, tmA, kt * 64, tm * BM, fb);
+#if CLUSTER == 1
+#if LAYOUT_NT
+    tma_load(sb, tmB, kt * 64, tn * BN, fb);
+#else
+    for (int j = 0; j < BN / 64; ++j) tma_load(sb + j * 8192, tmB, tn * BN + j * 64, kt * 64, fb);
+#endif
+#else
+    const unsigned short mask = (1u << CLUSTER) - 1;
+#if LAYOUT_NT
+    tma_load_mc(sb + rank * (B_BYTES / CLUSTER), tmB, kt * 64, tn * BN + rank * (BN / CLUSTER), fb, mask);
+#else
+    for (int j = 0; j < BN / 64; ++j)
+        tma_load_mc(sb + j * 8192 + rank * (8192 / CLUSTER), tmB, tn * BN + j * 64,
+                    kt * 64 + rank * (64 / CLUSTER), fb, mask);
+#endif
+#endif
+    if (++s == STAGES) { s = 0; phase ^= 1; }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1) CLUSTER_ATTR
 cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ TensorMap tmB,
              const __grid_constant__ TensorMap tmC, float* __restrict__ ws, int* __restrict__ counters,
@@ -199,6 +228,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
     const int ktiles = (K + 63) / 64;
     const int cid = blockIdx.x / CLUSTER, nclusters = gridDim.x / CLUSTER;
 
+#if !LITE
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (tig == 0) {
@@ -207,29 +237,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             for (int u = cid; u < total; u += nclusters) {
                 int tm, tn, split, kt0, kt1;
                 unit_of(u, ctiles_m, tiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
-                for (int kt = kt0; kt < kt1; ++kt) {
-                    mbar_wait(empty0 + 8 * s, phase ^ 1);
-                    const u32 fb = full0 + 8 * s, sa = ring + s * STAGE_BYTES, sb = sa + A_BYTES;
-                    mbar_expect_tx(fb, STAGE_BYTES);
-                    tma_load(sa, &tmA, kt * 64, tm * BM, fb);
-#if CLUSTER == 1
-#if LAYOUT_NT
-                    tma_load(sb, &tmB, kt * 64, tn * BN, fb);
-#else
-                    for (int j = 0; j < BN / 64; ++j) tma_load(sb + j * 8192, &tmB, tn * BN + j * 64, kt * 64, fb);
-#endif
-#else
-                    const unsigned short mask = (1u << CLUSTER) - 1;
-#if LAYOUT_NT
-                    tma_load_mc(sb + rank * (B_BYTES / CLUSTER), &tmB, kt * 64, tn * BN + rank * (BN / CLUSTER), fb, mask);
-#else
-                    for (int j = 0; j < BN / 64; ++j)
-                        tma_load_mc(sb + j * 8192 + rank * (8192 / CLUSTER), &tmB, tn * BN + j * 64,
-                                    kt * 64 + rank * (64 / CLUSTER), fb, mask);
-#endif
-#endif
-                    if (++s == STAGES) { s = 0; phase ^= 1; }
-                }
+                for (int kt = kt0; kt < kt1; ++kt) produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt, rank, s, phase);
             }
         }
     } else {
@@ -238,7 +246,14 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #else
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
 #endif
-        const int c = wg - 1, warp = tig / 32, lane = tig % 32;
+        const int c = wg - 1;
+#else
+    {
+        const int c = wg;
+        int ps = 0;                  // thread 0's producer position in the ring
+        u32 pphase = 0;
+#endif
+        const int warp = tig / 32, lane = tig % 32;
         const u32 stage_c = epi + c * EPI_BYTES;
         float acc[MW][NACC];
         int s = 0, prev = 0, mine = 0;
@@ -260,6 +275,13 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             const int row0 = tm * BM;
 #else
             const int row0 = tm * BM + c * CROWS;
+#endif
+#if LITE
+            // Every slot is free at the start: issue the first STAGES k-tiles together.
+            int next = kt0;
+            if (threadIdx.x == 0)
+                for (; next < kt1 && next < kt0 + STAGES; ++next)
+                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next, rank, ps, pphase);
 #endif
             for (int kt = kt0; kt < kt1; ++kt) {
                 mbar_wait(full0 + 8 * s, phase);
@@ -286,7 +308,14 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 // Keep this stage's MMAs in flight; once the previous stage's group is done its
                 // slot goes back to the producer(s).
                 wgmma_wait<1>();
-                if (kt > kt0) release(prev);
+                if (kt > kt0) {
+                    release(prev);
+#if LITE
+                    // The slot just released takes the next k-tile (once every warpgroup let go).
+                    if (threadIdx.x == 0 && next < kt1)
+                        produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next++, rank, ps, pphase);
+#endif
+                }
                 prev = s;
                 if (++s == STAGES) { s = 0; phase ^= 1; }
             }
@@ -381,7 +410,9 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 bulk_commit();
             }
         }
-        if (tig == 0) bulk_wait_all();    // smem stays valid until the last stores have read it
+        // The CTA may exit once the last stores have read the staging: the writes complete on their
+        // own (as CUTLASS's sm90 epilogue tail), so a tiny kernel does not wait a global round trip.
+        if (tig == 0) bulk_wait_read();
     }
 #if CLUSTER > 1
     cluster_sync();    // no CTA may exit while its partner can still multicast into it or arrive on it

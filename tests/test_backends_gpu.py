@@ -34,6 +34,12 @@ CASES = [
     ("cuda", "wgmma", "bm=64 bn=64 warps=8 stages=12 split_k=4"),
     ("cuda", "wgmma", "bm=128 bn=128 warps=12 stages=5 split_k=2 cluster=2"),
     ("cuda", "wgmma", "bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=2"),
+    # issue 20: the lite schedule (no producer warpgroup, one unit per CTA), ring shallower than K
+    # (slots refilled), two warpgroups, split-K.
+    ("cuda", "wgmma", "bm=64 bn=64 warps=4 stages=3 warp_spec=0"),
+    ("cuda", "wgmma", "bm=128 bn=64 warps=4 stages=8 warp_spec=0"),
+    ("cuda", "wgmma", "bm=128 bn=128 warps=8 stages=2 warp_spec=0"),
+    ("cuda", "wgmma", "bm=64 bn=128 warps=4 stages=4 warp_spec=0 split_k=4"),
     ("triton", "tiled", None),
     ("triton", "tiled", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2"),
     ("triton", "persistent", None),
@@ -120,6 +126,8 @@ NT_ODD_BN = [
     "bm=128 bn=96 warps=12 stages=6 cluster=2",
     "bm=64 bn=48 warps=8 stages=15 split_k=8",
     "bm=128 bn=160 warps=12 stages=4 split_k=2",
+    "bm=64 bn=48 warps=4 stages=4 warp_spec=0 split_k=2",
+    "bm=128 bn=80 warps=8 stages=8 warp_spec=0",
 ]
 
 
@@ -131,15 +139,17 @@ def test_wgmma_odd_bn_nt(gpu_device, text):
     assert report.passed, "\n".join(r.line() for r in report.results)
 
 
+@pytest.mark.parametrize("text", ["bm=128 bn=128 warps=12 stages=5 split_k=16",
+                                  "bm=64 bn=128 warps=4 stages=8 warp_spec=0 split_k=16"])
 @pytest.mark.parametrize("layout", ["nn", "nt"])
-def test_wgmma_split_k_is_deterministic_and_stream_safe(gpu_device, layout):
+def test_wgmma_split_k_is_deterministic_and_stream_safe(gpu_device, layout, text):
     """Split-K in one launch: the last K slice of a tile sums all partials in slice order, so two
     runs are bit-identical; the counters reset themselves (a second launch needs no memset), and
     two streams running the same kernel at once each get their own workspace."""
     import torch
     from cudal2.check import make_inputs, reference, rel_error
     p = Problem(256, 384, 8192, layout)              # 6 tiles of 128x128: starved, deep K
-    kernel = _build("cuda", "wgmma", "bm=128 bn=128 warps=12 stages=5 split_k=16", p, gpu_device)
+    kernel = _build("cuda", "wgmma", text, p, gpu_device)
     a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(3))
     ref = reference(a, b, layout)
     outs = []

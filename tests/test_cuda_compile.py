@@ -40,6 +40,12 @@ SPECS = [
     ("family=wgmma bm=128 bn=128 warps=12 stages=5 split_k=4", "nn"),
     ("family=wgmma bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=2", "nt"),
     ("family=wgmma bm=128 bn=208 warps=12 stages=3 cluster=2", "nt"),
+    # issue 20's lite schedule (warp_spec 0: no producer warpgroup, one unit per CTA): one and two
+    # warpgroups, a 128-row tile on one warpgroup, split-K, odd BN.
+    ("family=wgmma bm=64 bn=64 warps=4 stages=8 warp_spec=0", "nn"),
+    ("family=wgmma bm=128 bn=48 warps=4 stages=6 warp_spec=0 split_k=4", "nt"),
+    ("family=wgmma bm=128 bn=128 warps=8 stages=4 warp_spec=0", "nt"),
+    ("family=wgmma bm=64 bn=128 warps=4 stages=6 warp_spec=0 split_k=8", "nn"),
 ]
 
 
@@ -77,6 +83,7 @@ def test_compiles_for_sm90a(backend, hopper, text, layout):
         assert f"#define WM {wm}\n#define WN {wn}\n" in src
     if spec.family == "wgmma":
         assert f"#define PINGPONG {int(spec.warp_spec == 2)}\n" in src
+        assert f"#define LITE {int(spec.warp_spec == 0)}\n" in src
         # The TMA-store box is the widest of 64/32/16 columns that tiles BN (112 -> 16, 96 -> 32).
         assert f"#define EPI_COLS {spec.epi_cols}\n" in src and spec.bn % spec.epi_cols == 0
         # 3 warpgroups of 128 threads under __launch_bounds__(384, 1): ptxas may use 65536/384 = 168.
@@ -123,6 +130,9 @@ def test_cache_key_covers_source_and_arch(backend):
     ("family=wgmma bm=128 bn=128 warps=8 stages=4 warp_spec=2", BIG, "warp_spec"),   # ping-pong: 2 consumers
     ("family=wgmma bm=128 bn=256 warps=12 stages=3 split_k=2", BIG, "split_k"),      # reduction would spill
     ("family=wgmma bm=64 bn=64 warps=8 stages=4 split_k=16", Problem(4096, 4096, 512), "split_k"),
+    ("family=wgmma bm=64 bn=64 warps=4 stages=4 warp_spec=1", BIG, "warps"),          # no consumer left
+    ("family=wgmma bm=64 bn=64 warps=12 stages=4 warp_spec=0", BIG, "warps"),         # lite: 1-2 warpgroups
+    ("family=wgmma bm=128 bn=128 warps=8 stages=4 warp_spec=0 cluster=2", BIG, "cluster"),
     ("family=mma bm=64 bn=96 bk=32 warps=4 stages=3", BIG, "bn"),            # mma: powers of two
     ("family=mma bm=128 bn=128 bk=32 warps=12 stages=4", BIG, "warps"),
     ("family=mma bm=64 bn=64 bk=64 warps=4 stages=2 split_k=16", Problem(512, 512, 256), "split_k"),

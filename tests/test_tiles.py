@@ -43,3 +43,21 @@ def test_estimate_prefers_whole_waves():
     p = Problem(4096, 4096, 512)
     # 132 SMs: 128x256 tiles (512) make 3.9 waves; 128x240 tiles (544) spill into a 5th wave.
     assert estimate(p, 128, 256, 1, 132) < estimate(p, 128, 240, 1, 132)
+
+
+@pytest.mark.parametrize("shape,layout", [("64x64x64", "nn"), ("256x512x256", "nt"), ("128x256x12288", "nn"),
+                                          ("1000x3000x1000", "nt")])
+def test_lite_candidates_hold_a_units_k_at_once(shape, layout):
+    """The lite schedule of the best tiles: valid, one warpgroup where the tile's accumulators fit
+    in 128 threads, and a ring exactly as deep as a unit's K-tiles (capped by shared memory), so
+    every load of a tiny shape is issued at once and no smem is reserved for slots never used."""
+    p = Problem.parse(shape, layout)
+    got = candidates(p, H200, 4, lite=3)
+    lite = [s for s in got if s.warp_spec == 0]
+    assert len(lite) == 3 and all(is_valid(s, p, H200) for s in lite)
+    for s in lite:
+        ktiles = -(-(-(-p.K // 64)) // s.split_k)
+        assert s.cluster == 1 and s.warps == (4 if s.bm * s.bn // 128 <= 128 else 8)
+        deeper = dataclasses.replace(s, stages=s.stages + 1)
+        assert s.stages == max(2, ktiles) or not is_valid(deeper, p, H200)
+    assert candidates(p, H200, 4) == [s for s in got if s.warp_spec != 0]    # lite=0: unchanged list

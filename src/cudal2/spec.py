@@ -46,7 +46,8 @@ CHOICES: dict[str, tuple] = {
     "split_k": (1, 2, 4, 8, 16),
     "subtile": (1, 2),
     # Triton: 0/1 = the warp-specialisation hint. wgmma: 1 = cooperative consumers (they split each
-    # tile's rows), 2 = ping-pong (they take alternate tiles: one's epilogue overlaps the other's MMAs).
+    # tile's rows), 2 = ping-pong (they take alternate tiles: one's epilogue overlaps the other's MMAs),
+    # 0 = lite (no producer warpgroup, no persistent loop: the low-latency schedule for tiny shapes).
     "warp_spec": (0, 1, 2),
     "cluster": (1, 2),
 }
@@ -60,7 +61,9 @@ PINNED = {
     "wgmma": {"subtile": 1},
     "stream": {"bk": 32, "group_m": 1, "subtile": 1, "warp_spec": 0, "cluster": 1},
 }
-WARPS = {"tiled": (2, 4, 8), "persistent": (4, 8), "mma": (2, 4, 8), "wgmma": (8, 12), "stream": (2, 4, 8)}
+WARPS = {"tiled": (2, 4, 8), "persistent": (4, 8), "mma": (2, 4, 8), "wgmma": (4, 8, 12), "stream": (2, 4, 8)}
+# wgmma schedules (warp_spec) and the consumer warpgroups each has for a warp count.
+WGMMA_LITE, WGMMA_COOP, WGMMA_PINGPONG = 0, 1, 2
 WGMMA_TILE = {"bm": (64, 128, 256), "bk": (64,)}
 # Families whose tiles index with tl.arange / power-of-two warp layouts keep power-of-two BN.
 POW2_BN_FAMILIES = ("tiled", "persistent", "mma")
@@ -151,8 +154,8 @@ class KernelSpec:
     # ---- derived quantities used by rules and backends ------------------------------------------
     @property
     def consumers(self) -> int:
-        """wgmma: consumer warpgroups (one producer warpgroup besides)."""
-        return self.warps // 4 - 1
+        """wgmma: warpgroups that run MMAs (besides one producer warpgroup, except in lite)."""
+        return wgmma_consumers(self.warps, self.warp_spec)
 
     @property
     def pingpong(self) -> bool:
@@ -179,6 +182,11 @@ class KernelSpec:
 
     def acc_regs_per_thread(self) -> int:
         return _acc_per_thread(self.to_dict())
+
+
+def wgmma_consumers(warps: int, warp_spec: int) -> int:
+    """Warpgroups holding accumulators: lite has no producer warpgroup, the others have one."""
+    return warps // 4 - (0 if warp_spec == WGMMA_LITE else 1)
 
 
 def mma_warp_layout(bm: int, bn: int, warps: int) -> tuple[int, int]:
@@ -242,8 +250,8 @@ def _bn(s, p, d):
 
 def _acc_per_thread(s) -> int:
     if s["family"] == "wgmma":
-        # Cooperative consumers split the tile; a ping-pong warpgroup holds a whole tile.
-        threads = 128 if s["warp_spec"] == 2 else (s["warps"] // 4 - 1) * 128
+        # Cooperative (and lite) consumers split the tile; a ping-pong warpgroup holds a whole tile.
+        threads = 128 if s["warp_spec"] == 2 else wgmma_consumers(s["warps"], s["warp_spec"]) * 128
     else:
         threads = s["warps"] * 32
     return s["bm"] * s["bn"] // max(threads, 1)
@@ -251,8 +259,12 @@ def _acc_per_thread(s) -> int:
 
 def _warp_spec(s, p, d):
     f, ws = s["family"], s["warp_spec"]
-    if f == "wgmma" and ws not in (1, 2):
-        return f"wgmma takes warp_spec 1 (cooperative) or 2 (ping-pong), got {ws}"
+    if f == "wgmma" and ws not in (0, 1, 2):
+        return f"wgmma takes warp_spec 0 (lite), 1 (cooperative) or 2 (ping-pong), got {ws}"
+    if f == "wgmma" and ws == 0 and s["warps"] not in (4, 8):
+        return "warp_spec=0 (lite) runs one or two warpgroups and no producer: warps=4 or 8"
+    if f == "wgmma" and ws != 0 and s["warps"] == 4:
+        return f"warp_spec={ws} needs a producer warpgroup besides the consumers: warps=8 or 12 (or warp_spec=0)"
     if f == "wgmma" and ws == 2 and s["warps"] != 12:
         return "warp_spec=2 (ping-pong) needs two consumer warpgroups: warps=12"
     if f != "wgmma" and ws == 2:
@@ -266,7 +278,7 @@ def _any_schedule(check):
     def wrapped(s, p, d):
         if s.get("warp_spec") is not None:
             return check(s, p, d)
-        msgs = [check({**s, "warp_spec": w}, p, d) for w in ((1, 2) if s["family"] == "wgmma" else (0,))]
+        msgs = [check({**s, "warp_spec": w}, p, d) for w in ((0, 1, 2) if s["family"] == "wgmma" else (0,))]
         return None if any(m is None for m in msgs) else msgs[0]
     return wrapped
 
@@ -276,7 +288,9 @@ def _tile_warps(s, p, d):
     if f == "stream":
         return None                    # every warp holds the whole tile: _stream_acc
     if f == "wgmma":
-        c = 1 if s["warp_spec"] == 2 else w // 4 - 1
+        c = 1 if s["warp_spec"] == 2 else wgmma_consumers(w, s["warp_spec"])
+        if c < 1:
+            return f"warps={w} leaves no consumer warpgroup beside the producer"
         if bm % (64 * c):
             return f"bm={bm} must split into {c} consumer warpgroups of 64-row multiples"
     elif f == "mma":
@@ -335,6 +349,8 @@ def _tma_align(s, p, d):
 def _cluster(s, p, d):
     if s["cluster"] > 1 and s["family"] != "wgmma":
         return f"cluster={s['cluster']} is only supported by the wgmma family"
+    if s["cluster"] > 1 and s["warp_spec"] == WGMMA_LITE:
+        return "cluster=2 needs the persistent schedules (warp_spec 1 or 2); lite (warp_spec=0) runs without"
 
 
 RULES: list[Rule] = [
@@ -356,7 +372,7 @@ RULES: list[Rule] = [
     ("warp_spec", ("family", "warp_spec"), _pinned("warp_spec")),
     ("warp_spec", ("family", "warps", "warp_spec"), _warp_spec),
     ("cluster", ("family", "cluster"), _pinned("cluster")),
-    ("cluster", ("family", "cluster"), _cluster),
+    ("cluster", ("family", "warp_spec", "cluster"), _cluster),
 ]
 
 

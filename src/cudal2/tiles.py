@@ -59,12 +59,25 @@ def _max_stages(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Kerne
     return None
 
 
-def candidates(problem: Problem, device: DeviceInfo, n: int = 8) -> list[KernelSpec]:
+def _lite(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec | None:
+    """The lite schedule (warp_spec 0) of a tile: one warpgroup where its accumulators fit (else
+    two), a ring just deep enough for a unit's K-tiles (all of K at once: one load latency)."""
+    kt = math.ceil(math.ceil(problem.K / 64) / spec.split_k)
+    for warps in (4, 8):
+        base = KernelSpec(**{**spec.to_dict(), "warps": warps, "warp_spec": 0, "cluster": 1, "stages": 2})
+        deepest = _max_stages(base, problem, device)
+        if deepest is not None:
+            return KernelSpec(**{**deepest.to_dict(), "stages": max(2, min(deepest.stages, kt))})
+    return None
+
+
+def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) -> list[KernelSpec]:
     """n valid cooperative wgmma specs, best modelled first (distinct tile and split, each with the
     deepest ring that fits, at most two per tile), then ping-pong versions of the two best tiles
-    that allow one (n + 2 at most). No 2-CTA clusters: on the H200 (2026-12-03, run 30) a cluster=2
-    spec ran at 0.93x of the same spec without one (median of 208 pairs, 0.49-1.21x) and was the
-    best of its shape on 1 of 104 (bench/hopper_sweep.py --clusters N tries them)."""
+    that allow one, then lite versions (warp_spec 0) of the `lite` best tiles (n + 2 + lite at
+    most). No 2-CTA clusters: on the H200 (2026-12-03, run 30) a cluster=2 spec ran at 0.93x of the
+    same spec without one (median of 208 pairs, 0.49-1.21x) and was the best of its shape on 1 of
+    104 (bench/hopper_sweep.py --clusters N tries them)."""
     sms = device.sm_count or 132
     bns = [b for b in range(16, 257, 16) if problem.layout == "nt" or b % 64 == 0]
     scored = []
@@ -98,4 +111,8 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8) -> list[KernelS
         if pp is not None and pp not in out and added < 2:
             out.append(pp)
             added += 1
+    for s in [s for s in out if s.warp_spec == 1][:lite]:
+        li = _lite(s, problem, device)
+        if li is not None and li not in out:
+            out.append(li)
     return out

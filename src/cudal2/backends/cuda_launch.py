@@ -232,6 +232,8 @@ class CudaKernel:
     def _grid_wgmma(self, M: int, N: int) -> int:
         sp, cl = self.spec, self.spec.cluster
         units = _cdiv(_cdiv(M, sp.bm), cl) * _cdiv(N, sp.bn) * sp.split_k   # (cluster tile, K slice)
+        if sp.warp_spec == 0:
+            return units                  # lite: one unit per CTA, no persistent loop
         ctas = self.cluster_ctas or self.sm_count                            # persistent: one CTA per SM
         return max(1, min(ctas // cl, units)) * cl
 
