@@ -132,9 +132,26 @@ template <int N> DEVI void wgmma_wait() { asm volatile("wgmma.wait_group.sync.al
 
 #if CLUSTER > 1
 #define CLUSTER_ATTR __cluster_dims__(CLUSTER, 1, 1)
+#elif LITE && SPLIT_K > 1
+#define CLUSTER_ATTR __cluster_dims__(SPLIT_K, 1, 1)    // a tile's K slices: one cluster
 #else
 #define CLUSTER_ATTR
 #endif
+
+DEVI void st_shared_f4(u32 addr, float a, float b, float c, float d) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+// 16 bytes at smem offset `addr` of CTA `cta` of the cluster.
+DEVI void ld_dsmem_f4(u32 addr, u32 cta, float* x) {
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(cta));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(remote) : "memory");
+}
+// Every thread of every CTA in the cluster: smem writes before it are visible to loads after it.
+DEVI void cluster_barrier() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
 
 DEVI void cluster_sync() {
 #if CLUSTER > 1
@@ -190,7 +207,8 @@ DEVI void produce(const TensorMap* tmA, const TensorMap* tmB, u32 ring, u32 full
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) CLUSTER_ATTR
 cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ TensorMap tmB,
-             const __grid_constant__ TensorMap tmC, float* __restrict__ ws, int* __restrict__ counters,
+             const __grid_constant__ TensorMap tmC, u32* __restrict__ C, float* __restrict__ ws,
+             int* __restrict__ counters,
              int M, int N, int K) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     __shared__ __align__(8) u64 full_bar[STAGES];
@@ -324,7 +342,50 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #if PINGPONG
             if (tig == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(&turn_bar[c ^ 1])) : "memory");
 #endif
-#if SPLIT_K > 1
+#if SPLIT_K > 1 && LITE
+            {
+                // Split-K through distributed shared memory: the tile's SPLIT_K slices are one
+                // cluster. Each puts its fp32 partial in its own idle ring (fragment order), then
+                // slice r sums 8-column blocks [r*JB, (r+1)*JB) of every slice's partial in slice
+                // order 0..SPLIT_K-1 (bit-identical run to run) and stores them. No workspace, no
+                // counters, no global round trip: all the remote loads are in flight at once.
+                constexpr int JB = BN / 8 / SPLIT_K;
+                const u32 red = ring + (u32)c * (NV * 128 * 16);
+#if CONSUMERS > 1
+                __syncthreads();             // the other warpgroup's MMAs may still read the ring
+#endif
+#pragma unroll
+                for (int v = 0; v < NV; ++v) {
+                    const float* a = &acc[(4 * v) / NACC][(4 * v) % NACC];
+                    st_shared_f4(red + (u32)(v * 128 + tig) * 16, a[0], a[1], a[2], a[3]);
+                }
+                cluster_barrier();           // every slice's partial written and visible
+                const int row_w = tm * BM + c * CROWS + warp * 16 + lane / 4;
+#pragma unroll
+                for (int mw = 0; mw < MW; ++mw) {
+#pragma unroll
+                    for (int jj = 0; jj < JB; ++jj) {
+                        const int j = split * JB + jj;
+                        const u32 off = red + (u32)((mw * NACC / 4 + j) * 128 + tig) * 16;
+                        float x[SPLIT_K][4];
+#pragma unroll
+                        for (int sp = 0; sp < SPLIT_K; ++sp) ld_dsmem_f4(off, sp, x[sp]);
+#pragma unroll
+                        for (int sp = 1; sp < SPLIT_K; ++sp)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) x[0][e] += x[sp][e];
+                        // acc[4j+0,1] at row lane/4, cols 8j + 2(lane%4) + {0,1}; [4j+2,3] 8 rows down.
+                        const int row = row_w + mw * 64, col = tn * BN + 8 * j + 2 * (lane % 4);
+                        if (col < N) {
+                            if (row < M) C[((long long)row * N + col) / 2] = pack_f16x2(x[0][0], x[0][1]);
+                            if (row + 8 < M) C[((long long)(row + 8) * N + col) / 2] = pack_f16x2(x[0][2], x[0][3]);
+                        }
+                    }
+                }
+                cluster_barrier();           // no slice leaves while another may read its partial
+                continue;
+            }
+#elif SPLIT_K > 1
             {
 #if PINGPONG
                 const int slot = tm * tiles_n + tn;    // a tile's slices may land on either warpgroup

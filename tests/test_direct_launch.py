@@ -285,7 +285,7 @@ class _Driver:
 
 
 _LAYOUT = {"mma": ("Q", "Q", "Q", "Q", "i", "i", "i"), "red": ("Q", "Q", "i", "i"),
-           "wgmma": ("128s", "128s", "128s", "Q", "Q", "i", "i", "i")}
+           "wgmma": ("128s", "128s", "128s", "Q", "Q", "Q", "i", "i", "i")}
 
 
 def _unpack(addr: int, f: str) -> list:
@@ -323,7 +323,7 @@ def _stand_in_kernel(family: str, layout: str, text: str, monkeypatch):
     k._i32 = [ctypes.c_int() for _ in range(3)]
     if family == "wgmma":
         k._maps = [(ctypes.c_ubyte * 128)() for _ in range(3)]
-        slots = k._maps + [k._u64[2], k._u64[3]] + k._i32
+        slots = k._maps + [k._u64[1], k._u64[2], k._u64[3]] + k._i32
     else:
         slots = k._u64 + k._i32
     k._args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
@@ -342,6 +342,7 @@ def _stand_in_kernel(family: str, layout: str, text: str, monkeypatch):
     ("mma", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2", (64, 64, 128)),
     ("wgmma", "bm=128 bn=128 warps=12 stages=4", (200, 256, 128)),
     ("wgmma", "bm=128 bn=128 warps=12 stages=4 split_k=2", (200, 256, 512)),   # one launch
+    ("wgmma", "bm=64 bn=64 warps=4 stages=4 warp_spec=0 split_k=4", (200, 256, 1024)),   # cluster split
 ])
 def test_cuda_bind_packs_what_run_packs(monkeypatch, family, text, shape, layout):
     import torch
@@ -372,7 +373,14 @@ def test_cuda_bind_packs_what_run_packs(monkeypatch, family, text, shape, layout
         drv.launches.clear()
         f(a2, b, c2)
         got2 = drv.launches[0][5]
-        assert got2[:2] == got[5][:2] and got2[2] != got[5][2] and got2[3:] == got[5][3:]
+        assert got2[:2] == got[5][:2] and got2[2] != got[5][2] and got2[4:] == got[5][4:]
+        assert got2[3] == c2.data_ptr() and got[5][3] == c.data_ptr()    # C's pointer slot
+        lite_split = "warp_spec=0" in text and "split_k" in text
+        # The persistent schedules reduce through a workspace; lite inside its cluster (none), and
+        # lite runs one CTA per unit: (tiles) x split_k, no persistent cap (sm_count is 4 here).
+        assert (got2[4] == 0) == lite_split or "split_k" not in text
+        if lite_split:
+            assert got[1][0] == -(-M // 64) * -(-N // 64) * 4
 
 
 if __name__ == "__main__" and "--worker" in sys.argv:

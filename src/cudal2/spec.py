@@ -177,6 +177,8 @@ class KernelSpec:
             # + the epilogue's staging (a whole tile per warpgroup in ping-pong) + 1 KB that the
             # kernel spends aligning the ring to the 128B-swizzle atom. Mbarriers are static.
             staging = self.bm * self.bn * 2 * (2 if self.pingpong else 1)
+            # lite split-K stages its fp32 partial (bm*bn*4 B) in the idle ring + staging, which
+            # always hold it: bm*bn/(bm+bn) <= 128 <= 64 * stages.
             return ring + staging + 1024
         return ring
 
@@ -301,6 +303,22 @@ def _tile_warps(s, p, d):
         return f"tile {bm}x{bn} gives each of {w} warps less than a 16x16 block"
 
 
+# lite split-K reduces a tile's K slices inside one thread-block cluster (distributed shared
+# memory): at most the portable cluster size, and every slice stores whole 8-column blocks.
+LITE_MAX_SPLIT = 8
+
+
+def _lite_split(s, p, d):
+    if s["family"] != "wgmma" or s["warp_spec"] != WGMMA_LITE or s["split_k"] == 1:
+        return None
+    if s["split_k"] > LITE_MAX_SPLIT:
+        return (f"split_k={s['split_k']} with warp_spec=0 (lite) reduces in a cluster of split_k CTAs: "
+                f"at most {LITE_MAX_SPLIT} (the portable cluster size)")
+    if s["bn"] % (8 * s["split_k"]):
+        return (f"split_k={s['split_k']} with warp_spec=0 (lite): each slice stores whole 8-column blocks, "
+                f"so bn must be a multiple of {8 * s['split_k']}, got {s['bn']}")
+
+
 def _splitk_regs(s, p, d):
     acc = _acc_per_thread(s)
     if s["family"] == "wgmma" and s["split_k"] > 1 and acc > MAX_ACC_REGS_SPLITK:
@@ -371,6 +389,7 @@ RULES: list[Rule] = [
     ("subtile", ("bn", "subtile"), _subtile),
     ("warp_spec", ("family", "warp_spec"), _pinned("warp_spec")),
     ("warp_spec", ("family", "warps", "warp_spec"), _warp_spec),
+    ("warp_spec", ("family", "bn", "split_k", "warp_spec"), _lite_split),
     ("cluster", ("family", "cluster"), _pinned("cluster")),
     ("cluster", ("family", "warp_spec", "cluster"), _cluster),
 ]

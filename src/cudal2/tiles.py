@@ -61,13 +61,18 @@ def _max_stages(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Kerne
 
 def _lite(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec | None:
     """The lite schedule (warp_spec 0) of a tile: one warpgroup where its accumulators fit (else
-    two), a ring just deep enough for a unit's K-tiles (all of K at once: one load latency)."""
-    kt = math.ceil(math.ceil(problem.K / 64) / spec.split_k)
-    for warps in (4, 8):
-        base = KernelSpec(**{**spec.to_dict(), "warps": warps, "warp_spec": 0, "cluster": 1, "stages": 2})
-        deepest = _max_stages(base, problem, device)
-        if deepest is not None:
-            return KernelSpec(**{**deepest.to_dict(), "stages": max(2, min(deepest.stages, kt))})
+    two), a ring just deep enough for a unit's K-tiles (all of K at once: one load latency), the
+    tile's split-K where a cluster can reduce it (else the largest smaller one that can)."""
+    split = spec.split_k
+    while split >= 1:       # lite reduces K slices in a cluster: fewer slices where it cannot take these
+        kt = math.ceil(math.ceil(problem.K / 64) / split)
+        for warps in (4, 8):
+            base = KernelSpec(**{**spec.to_dict(), "warps": warps, "warp_spec": 0, "cluster": 1, "stages": 2,
+                                 "split_k": split})
+            deepest = _max_stages(base, problem, device)
+            if deepest is not None:
+                return KernelSpec(**{**deepest.to_dict(), "stages": max(2, min(deepest.stages, kt))})
+        split //= 2
     return None
 
 

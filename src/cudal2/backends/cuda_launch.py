@@ -82,7 +82,8 @@ class CudaKernel:
         self._i32 = [ctypes.c_int() for _ in range(3)]
         if self.family == "wgmma":
             self._maps = [(ctypes.c_ubyte * 128)() for _ in range(3)]
-            slots = self._maps + [self._u64[2], self._u64[3]] + self._i32
+            # (maps A, B, C; C's pointer (lite split-K stores directly); workspace; counters; M, N, K)
+            slots = self._maps + [self._u64[1], self._u64[2], self._u64[3]] + self._i32
         else:
             slots = self._u64 + self._i32
         self._args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
@@ -229,6 +230,11 @@ class CudaKernel:
             return self.sm_count // cl * cl
         return max(1, min(n, self.sm_count // cl)) * cl
 
+    def _global_split(self) -> bool:
+        """wgmma split-K through a global workspace (the persistent schedules); lite reduces its
+        K slices inside a cluster and needs none."""
+        return self.spec.split_k > 1 and self.spec.warp_spec != 0
+
     def _grid_wgmma(self, M: int, N: int) -> int:
         sp, cl = self.spec, self.spec.cluster
         units = _cdiv(_cdiv(M, sp.bm), cl) * _cdiv(N, sp.bn) * sp.split_k   # (cluster tile, K slice)
@@ -260,7 +266,8 @@ class CudaKernel:
         ta, tb = self._tensor_maps(M, N, K, tuple(b.shape), pa, pb)
         for slot, m in zip(self._maps, (ta, tb, self._c_map(M, N, pc))):
             ctypes.memmove(slot, m, 128)
-        if self.spec.split_k > 1:
+        self._u64[1].value = pc
+        if self._global_split():
             self._u64[2].value, self._u64[3].value = self._splitk_workspace(M, N, s, b.device)
         else:
             self._u64[2].value = self._u64[3].value = 0
@@ -327,9 +334,9 @@ class CudaKernel:
     def _bind_wgmma(self, M: int, N: int, K: int):
         sp, d = self.spec, _drv()
         maps = [(ctypes.c_ubyte * 128)() for _ in range(3)]
-        ws_slot, cnt_slot = ctypes.c_uint64(), ctypes.c_uint64()
+        c_slot, ws_slot, cnt_slot = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
         i32 = [ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)]
-        slots = maps + [ws_slot, cnt_slot] + i32
+        slots = maps + [c_slot, ws_slot, cnt_slot] + i32
         args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
         a_args = ctypes.addressof(args)
         g0 = self._grid_wgmma(M, N)
@@ -337,7 +344,7 @@ class CudaKernel:
         launch, ok, idx = d.cuLaunchKernel, d.CUresult.CUDA_SUCCESS, self.device_index
         stream = stream_getter()
         bshape = (K, N) if self.layout == "nn" else (N, K)
-        split, wss = sp.split_k > 1, self._ws_streams
+        split, wss = self._global_split(), self._ws_streams
         last = [None, None, None]
 
         def run(a, b, c) -> None:
@@ -349,6 +356,7 @@ class CudaKernel:
                 last[0] = (pa, pb)
             if last[2] != pc:
                 ctypes.memmove(maps[2], self._c_map(M, N, pc), 128)
+                c_slot.value = pc
                 last[2] = pc
             s = stream(idx)
             # One workspace per stream; re-read when the stream changes or another size grew
