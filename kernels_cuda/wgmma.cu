@@ -346,10 +346,11 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             {
                 // Split-K through distributed shared memory: the tile's SPLIT_K slices are one
                 // cluster. Each puts its fp32 partial in its own idle ring (fragment order), then
-                // slice r sums 8-column blocks [r*JB, (r+1)*JB) of every slice's partial in slice
-                // order 0..SPLIT_K-1 (bit-identical run to run) and stores them. No workspace, no
-                // counters, no global round trip: all the remote loads are in flight at once.
-                constexpr int JB = BN / 8 / SPLIT_K;
+                // slice r sums float4 groups [r*VPS, (r+1)*VPS) of every thread's fragment over all
+                // slices' partials in slice order 0..SPLIT_K-1 (bit-identical run to run) and
+                // stores them. No workspace, no counters, no global round trip: the remote loads
+                // of a group are in flight at once.
+                constexpr int VPS = (NV + SPLIT_K - 1) / SPLIT_K;
                 const u32 red = ring + (u32)c * (NV * 128 * 16);
 #if CONSUMERS > 1
                 __syncthreads();             // the other warpgroup's MMAs may still read the ring
@@ -362,24 +363,24 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 cluster_barrier();           // every slice's partial written and visible
                 const int row_w = tm * BM + c * CROWS + warp * 16 + lane / 4;
 #pragma unroll
-                for (int mw = 0; mw < MW; ++mw) {
+                for (int jj = 0; jj < VPS; ++jj) {
+                    const int v = split * VPS + jj;
+                    if (v >= NV) break;
+                    const u32 off = red + (u32)(v * 128 + tig) * 16;
+                    float x[SPLIT_K][4];
 #pragma unroll
-                    for (int jj = 0; jj < JB; ++jj) {
-                        const int j = split * JB + jj;
-                        const u32 off = red + (u32)((mw * NACC / 4 + j) * 128 + tig) * 16;
-                        float x[SPLIT_K][4];
+                    for (int sp = 0; sp < SPLIT_K; ++sp) ld_dsmem_f4(off, sp, x[sp]);
 #pragma unroll
-                        for (int sp = 0; sp < SPLIT_K; ++sp) ld_dsmem_f4(off, sp, x[sp]);
+                    for (int sp = 1; sp < SPLIT_K; ++sp)
 #pragma unroll
-                        for (int sp = 1; sp < SPLIT_K; ++sp)
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) x[0][e] += x[sp][e];
-                        // acc[4j+0,1] at row lane/4, cols 8j + 2(lane%4) + {0,1}; [4j+2,3] 8 rows down.
-                        const int row = row_w + mw * 64, col = tn * BN + 8 * j + 2 * (lane % 4);
-                        if (col < N) {
-                            if (row < M) C[((long long)row * N + col) / 2] = pack_f16x2(x[0][0], x[0][1]);
-                            if (row + 8 < M) C[((long long)(row + 8) * N + col) / 2] = pack_f16x2(x[0][2], x[0][3]);
-                        }
+                        for (int e = 0; e < 4; ++e) x[0][e] += x[sp][e];
+                    // Group v is acc[mw][4j..4j+3], mw = v / (NACC/4): [4j+0,1] at row lane/4,
+                    // cols 8j + 2(lane%4) + {0,1}; [4j+2,3] 8 rows down.
+                    const int mw = v / (NACC / 4), j = v % (NACC / 4);
+                    const int row = row_w + mw * 64, col = tn * BN + 8 * j + 2 * (lane % 4);
+                    if (col < N) {
+                        if (row < M) C[((long long)row * N + col) / 2] = pack_f16x2(x[0][0], x[0][1]);
+                        if (row + 8 < M) C[((long long)(row + 8) * N + col) / 2] = pack_f16x2(x[0][2], x[0][3]);
                     }
                 }
                 cluster_barrier();           // no slice leaves while another may read its partial

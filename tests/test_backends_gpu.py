@@ -131,6 +131,7 @@ NT_ODD_BN = [
     "bm=64 bn=48 warps=4 stages=4 warp_spec=0 split_k=2",
     "bm=128 bn=80 warps=8 stages=6 warp_spec=0",
     "bm=64 bn=48 warps=4 stages=3 warp_spec=0 split_k=2",
+    "bm=64 bn=48 warps=4 stages=3 warp_spec=0 split_k=4",
 ]
 
 
@@ -143,7 +144,8 @@ def test_wgmma_odd_bn_nt(gpu_device, text):
 
 
 @pytest.mark.parametrize("text", ["bm=128 bn=128 warps=12 stages=5 split_k=16",
-                                  "bm=64 bn=128 warps=4 stages=8 warp_spec=0 split_k=8"])
+                                  "bm=64 bn=128 warps=4 stages=8 warp_spec=0 split_k=8",
+                                  "bm=64 bn=64 warps=4 stages=8 warp_spec=0 split_k=16"])
 @pytest.mark.parametrize("layout", ["nn", "nt"])
 def test_wgmma_split_k_is_deterministic_and_stream_safe(gpu_device, layout, text):
     """Split-K in one launch: the last K slice of a tile sums all partials in slice order, so two

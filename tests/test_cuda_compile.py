@@ -48,6 +48,8 @@ SPECS = [
     ("family=wgmma bm=64 bn=128 warps=4 stages=6 warp_spec=0 split_k=8", "nn"),
     ("family=wgmma bm=128 bn=128 warps=8 stages=4 warp_spec=0 split_k=2", "nn"),
     ("family=wgmma bm=64 bn=16 warps=4 stages=16 warp_spec=0 split_k=2", "nt"),
+    ("family=wgmma bm=64 bn=64 warps=4 stages=8 warp_spec=0 split_k=16", "nn"),    # 16 slices, 8 groups
+    ("family=wgmma bm=64 bn=48 warps=4 stages=8 warp_spec=0 split_k=4", "nt"),     # 6 groups over 4
 ]
 
 
@@ -135,8 +137,6 @@ def test_cache_key_covers_source_and_arch(backend):
     ("family=wgmma bm=64 bn=64 warps=4 stages=4 warp_spec=1", BIG, "warps"),          # no consumer left
     ("family=wgmma bm=64 bn=64 warps=12 stages=4 warp_spec=0", BIG, "warps"),         # lite: 1-2 warpgroups
     ("family=wgmma bm=128 bn=128 warps=8 stages=4 warp_spec=0 cluster=2", BIG, "cluster"),
-    ("family=wgmma bm=64 bn=64 warps=4 stages=4 warp_spec=0 split_k=16", BIG, "warp_spec"),    # cluster <= 8
-    ("family=wgmma bm=64 bn=32 warps=4 stages=4 warp_spec=0 split_k=8", BIG.with_layout("nt"), "warp_spec"),  # 8-col blocks
     ("family=mma bm=64 bn=96 bk=32 warps=4 stages=3", BIG, "bn"),            # mma: powers of two
     ("family=mma bm=128 bn=128 bk=32 warps=12 stages=4", BIG, "warps"),
     ("family=mma bm=64 bn=64 bk=64 warps=4 stages=2 split_k=16", Problem(512, 512, 256), "split_k"),

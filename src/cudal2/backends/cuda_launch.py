@@ -70,6 +70,11 @@ class CudaKernel:
         for n, f in self.funcs.items():
             if n != "cudal2_splitk_reduce" and self.smem > 48 * 1024:
                 check(d.cuFuncSetAttribute(f, attr, self.smem), f"cuFuncSetAttribute({n}, {self.smem} B smem)")
+        if self.family == "wgmma" and self.spec.warp_spec == 0 and self.spec.split_k > 8:
+            # lite split-K's cluster is split_k CTAs: past 8 (portable) the kernel must opt in.
+            np_attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+            check(d.cuFuncSetAttribute(self.funcs["cudal2_wgmma"], np_attr, 1),
+                  f"cuFuncSetAttribute(cudal2_wgmma, non-portable cluster of {self.spec.split_k})")
         self.sm_count = self.device_info.sm_count     # read once by cudal2.device, not asked again
         self.threads = self.spec.warps * 32
         if self.family == "wgmma" and self.spec.cluster > 1:
