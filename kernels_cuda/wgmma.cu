@@ -18,7 +18,11 @@
 //                    left in flight: the warpgroup goes straight on to the next unit's MMAs and only
 //                    waits for the staging to be read before it writes it again. TMA clips the
 //                    tails (rows >= M, cols >= N): no guarded scalar stores.
-//   split-K          SPLIT_K > 1: a work unit is (tile, K-slice). Each slice writes its fp32
+//   split-K          SPLIT_K > 1, lite or cooperative (CSPLIT): one CTA per (tile, K-slice), the
+//                    tile's slices one thread-block cluster; each stages its fp32 partial in its
+//                    idle ring and each sums a share of every slice's partial through distributed
+//                    shared memory, in slice order (bit-identical run to run).
+//                    Ping-pong or CLUSTER=2: a work unit is (tile, K-slice). Each slice writes its fp32
 //                    partial to a workspace in fragment order (coalesced 16-byte stores), then
 //                    bumps the tile's counter; the slice that arrives last sums every partial in
 //                    slice order 0..SPLIT_K-1 (its own from registers), so the result is
@@ -49,6 +53,10 @@
 #define EPI_SWZ (EPI_COLS == 64 ? 7 : (EPI_COLS == 32 ? 3 : 1))
 #define RCH 8                             // split-K reduction: float4 groups loaded together
 #define EMPTY_ARRIVALS ((PINGPONG ? 1 : CONSUMERS) * CLUSTER)
+// Split-K reduced inside a cluster of the tile's K slices (lite and cooperative without a 2-CTA
+// cluster; one work unit per CTA): see the reduction below. Ping-pong and cluster=2 reduce through
+// the global workspace.
+#define CSPLIT (SPLIT_K > 1 && !PINGPONG && CLUSTER == 1)
 
 struct __align__(64) TensorMap { u64 opaque[16]; };   // CUtensorMap: 128 opaque bytes
 
@@ -132,7 +140,7 @@ template <int N> DEVI void wgmma_wait() { asm volatile("wgmma.wait_group.sync.al
 
 #if CLUSTER > 1
 #define CLUSTER_ATTR __cluster_dims__(CLUSTER, 1, 1)
-#elif LITE && SPLIT_K > 1
+#elif CSPLIT
 #define CLUSTER_ATTR __cluster_dims__(SPLIT_K, 1, 1)    // a tile's K slices: one cluster
 #else
 #define CLUSTER_ATTR
@@ -342,18 +350,21 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #if PINGPONG
             if (tig == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(&turn_bar[c ^ 1])) : "memory");
 #endif
-#if SPLIT_K > 1 && LITE
+#if CSPLIT
             {
                 // Split-K through distributed shared memory: the tile's SPLIT_K slices are one
                 // cluster. Each puts its fp32 partial in its own idle ring (fragment order), then
                 // slice r sums float4 groups [r*VPS, (r+1)*VPS) of every thread's fragment over all
                 // slices' partials in slice order 0..SPLIT_K-1 (bit-identical run to run) and
                 // stores them. No workspace, no counters, no global round trip: the remote loads
-                // of a group are in flight at once.
+                // of a group are in flight at once. One unit per CTA, so the ring is idle now (every
+                // load issued was consumed) and the producer warpgroup has exited: the cluster
+                // barriers wait for non-exited threads only.
                 constexpr int VPS = (NV + SPLIT_K - 1) / SPLIT_K;
                 const u32 red = ring + (u32)c * (NV * 128 * 16);
 #if CONSUMERS > 1
-                __syncthreads();             // the other warpgroup's MMAs may still read the ring
+                // the other warpgroup's MMAs may still read the ring (consumer threads only)
+                asm volatile("bar.sync 8, %0;" :: "n"(CONSUMERS * 128) : "memory");
 #endif
 #pragma unroll
                 for (int v = 0; v < NV; ++v) {

@@ -342,6 +342,7 @@ def _stand_in_kernel(family: str, layout: str, text: str, monkeypatch):
     ("mma", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2", (64, 64, 128)),
     ("wgmma", "bm=128 bn=128 warps=12 stages=4", (200, 256, 128)),
     ("wgmma", "bm=128 bn=128 warps=12 stages=4 split_k=2", (200, 256, 512)),   # one launch
+    ("wgmma", "bm=128 bn=128 warps=12 stages=4 warp_spec=2 split_k=2", (200, 256, 512)),   # workspace
     ("wgmma", "bm=64 bn=64 warps=4 stages=4 warp_spec=0 split_k=4", (200, 256, 1024)),   # cluster split
 ])
 def test_cuda_bind_packs_what_run_packs(monkeypatch, family, text, shape, layout):
@@ -375,12 +376,13 @@ def test_cuda_bind_packs_what_run_packs(monkeypatch, family, text, shape, layout
         got2 = drv.launches[0][5]
         assert got2[:2] == got[5][:2] and got2[2] != got[5][2] and got2[4:] == got[5][4:]
         assert got2[3] == c2.data_ptr() and got[5][3] == c.data_ptr()    # C's pointer slot
-        lite_split = "warp_spec=0" in text and "split_k" in text
-        # The persistent schedules reduce through a workspace; lite inside its cluster (none), and
-        # lite runs one CTA per unit: (tiles) x split_k, no persistent cap (sm_count is 4 here).
-        assert (got2[4] == 0) == lite_split or "split_k" not in text
-        if lite_split:
-            assert got[1][0] == -(-M // 64) * -(-N // 64) * 4
+        from cudal2.spec import cluster_split
+        # Ping-pong split-K reduces through a workspace; lite and cooperative inside the cluster of
+        # a tile's slices (no workspace), one CTA per unit: tiles x split_k, no persistent cap
+        # (sm_count is 4 here).
+        assert (got2[4] != 0) == (k.spec.split_k > 1 and not cluster_split(k.spec))
+        if cluster_split(k.spec):
+            assert got[1][0] == -(-M // k.spec.bm) * -(-N // k.spec.bn) * k.spec.split_k
 
 
 if __name__ == "__main__" and "--worker" in sys.argv:

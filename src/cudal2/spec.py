@@ -9,10 +9,13 @@ Canonical text: every field as `key=value`, space separated, in FIELDS order, e.
 Each `key=value` is one policy token.
 
 family=wgmma (CUDA, sm_90a; kernels_cuda/wgmma.cu): bm 64/128/256 over the consumer warpgroups,
-bn any multiple of 16 (nt) or 64 (nn), bk 64, warps 8 (one consumer warpgroup) or 12 (two),
-warp_spec 1 = cooperative consumers, 2 = ping-pong, split_k = K slices reduced in the same launch
-(fixed order), cluster 2 = two CTAs along M sharing B by TMA multicast, stages up to what shared
-memory holds beside the epilogue's staging; subtile is pinned.
+bn any multiple of 16 (nt) or 64 (nn), bk 64, warps 8 (one consumer warpgroup) or 12 (two) beside
+the producer warpgroup (lite: 4 or 8, no producer), warp_spec 1 = cooperative consumers,
+2 = ping-pong, 0 = lite (one CTA per work unit, the tiny-shape schedule); split_k = K slices reduced
+in the same launch in a fixed order (lite and cooperative: inside a cluster of the slices through
+distributed shared memory; ping-pong and cluster=2: through a global workspace), cluster 2 = two
+CTAs along M sharing B by TMA multicast, stages up to what shared memory holds beside the epilogue's
+staging; subtile is pinned.
 
 family=stream (CUDA, decode / skinny: min(M, N) <= 64; kernels_cuda/stream.cu) reads the fields as:
 bm = rows of the large operand per CTA (16-128), bn = tokens of the small one per CTA (16-64),
@@ -191,6 +194,14 @@ def wgmma_consumers(warps: int, warp_spec: int) -> int:
     return warps // 4 - (0 if warp_spec == WGMMA_LITE else 1)
 
 
+def cluster_split(spec: "KernelSpec") -> bool:
+    """wgmma split-K reduced inside a thread-block cluster of the tile's K slices (distributed
+    shared memory; one CTA per (tile, slice)): lite and cooperative without a 2-CTA cluster. Ping-pong
+    and cluster=2 keep the persistent loop and reduce through a global workspace."""
+    return (spec.family == "wgmma" and spec.split_k > 1 and spec.warp_spec != WGMMA_PINGPONG
+            and spec.cluster == 1)
+
+
 def mma_warp_layout(bm: int, bn: int, warps: int) -> tuple[int, int]:
     """How the mma family arranges its warps over the CTA tile (rows, cols): longer side gets more."""
     if warps == 2:
@@ -303,16 +314,16 @@ def _tile_warps(s, p, d):
         return f"tile {bm}x{bn} gives each of {w} warps less than a 16x16 block"
 
 
-# lite split-K reduces a tile's K slices inside one thread-block cluster (distributed shared
-# memory): at most Hopper's largest cluster, 16 CTAs (8 is the portable size; the launcher allows
-# the non-portable 16 for such kernels).
-LITE_MAX_SPLIT = 16
+# Cluster split-K (`cluster_split`) reduces a tile's K slices inside one thread-block cluster:
+# at most Hopper's largest cluster, 16 CTAs (8 is the portable size; the launcher opts such kernels
+# in to the non-portable 16). split_k's choices end at 16: this rule guards a grown grammar.
+MAX_CLUSTER_SPLIT = 16
 
 
-def _lite_split(s, p, d):
-    if s["family"] == "wgmma" and s["warp_spec"] == WGMMA_LITE and s["split_k"] > LITE_MAX_SPLIT:
-        return (f"split_k={s['split_k']} with warp_spec=0 (lite) reduces in a cluster of split_k CTAs: "
-                f"at most {LITE_MAX_SPLIT}")
+def _cluster_split_size(s, p, d):
+    if cluster_split(KernelSpec(**s)) and s["split_k"] > MAX_CLUSTER_SPLIT:
+        return (f"split_k={s['split_k']} reduces in a cluster of split_k CTAs (warp_spec {s['warp_spec']}): "
+                f"at most {MAX_CLUSTER_SPLIT}")
 
 
 def _splitk_regs(s, p, d):
@@ -385,7 +396,7 @@ RULES: list[Rule] = [
     ("subtile", ("bn", "subtile"), _subtile),
     ("warp_spec", ("family", "warp_spec"), _pinned("warp_spec")),
     ("warp_spec", ("family", "warps", "warp_spec"), _warp_spec),
-    ("warp_spec", ("family", "split_k", "warp_spec"), _lite_split),
+    ("cluster", ("family", "split_k", "warp_spec", "cluster"), _cluster_split_size),
     ("cluster", ("family", "cluster"), _pinned("cluster")),
     ("cluster", ("family", "warp_spec", "cluster"), _cluster),
 ]

@@ -16,7 +16,7 @@ import ctypes
 
 from ..kernels_cuda import KERNELS
 from ..problems import Problem
-from ..spec import is_valid
+from ..spec import cluster_split, is_valid
 from .base import Artifact, stream_getter
 from .cuda_stream import StreamLauncher
 from .driver import check as check_with, drv
@@ -70,8 +70,8 @@ class CudaKernel:
         for n, f in self.funcs.items():
             if n != "cudal2_splitk_reduce" and self.smem > 48 * 1024:
                 check(d.cuFuncSetAttribute(f, attr, self.smem), f"cuFuncSetAttribute({n}, {self.smem} B smem)")
-        if self.family == "wgmma" and self.spec.warp_spec == 0 and self.spec.split_k > 8:
-            # lite split-K's cluster is split_k CTAs: past 8 (portable) the kernel must opt in.
+        if self.family == "wgmma" and cluster_split(self.spec) and self.spec.split_k > 8:
+            # the cluster split-K's cluster is split_k CTAs: past 8 (portable) the kernel must opt in.
             np_attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
             check(d.cuFuncSetAttribute(self.funcs["cudal2_wgmma"], np_attr, 1),
                   f"cuFuncSetAttribute(cudal2_wgmma, non-portable cluster of {self.spec.split_k})")
@@ -236,15 +236,15 @@ class CudaKernel:
         return max(1, min(n, self.sm_count // cl)) * cl
 
     def _global_split(self) -> bool:
-        """wgmma split-K through a global workspace (the persistent schedules); lite reduces its
-        K slices inside a cluster and needs none."""
-        return self.spec.split_k > 1 and self.spec.warp_spec != 0
+        """wgmma split-K through a global workspace (ping-pong, cluster=2); lite and cooperative
+        reduce their K slices inside a cluster and need none."""
+        return self.spec.split_k > 1 and not cluster_split(self.spec)
 
     def _grid_wgmma(self, M: int, N: int) -> int:
         sp, cl = self.spec, self.spec.cluster
         units = _cdiv(_cdiv(M, sp.bm), cl) * _cdiv(N, sp.bn) * sp.split_k   # (cluster tile, K slice)
-        if sp.warp_spec == 0:
-            return units                  # lite: one unit per CTA, no persistent loop
+        if sp.warp_spec == 0 or cluster_split(sp):
+            return units                  # lite, cluster split-K: one unit per CTA, no persistent loop
         ctas = self.cluster_ctas or self.sm_count                            # persistent: one CTA per SM
         return max(1, min(ctas // cl, units)) * cl
 
