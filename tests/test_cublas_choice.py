@@ -137,3 +137,15 @@ def test_generate_m_buckets_scopes_a_filed_kernel(fake_gpu, tmp_path, hopper):  
         "16x256x256:nn", "5x256x256:nn"] and e4.scope is None
     serve = {m: [x.problem for x in got.serving(Problem(m, 256, 256), HOPPER.key, hopper)][:1] for m in (3, 4, 5, 11, 17)}
     assert serve == {3: [], 4: ["4x256x256:nn"], 5: ["16x256x256:nn"], 11: ["16x256x256:nn"], 17: []}
+
+
+def test_a_v1_cublas_entry_gives_way_to_one_with_a_record(tmp_path):
+    """Re-searching a shape of an exported v1 registry (the shipped one) must leave the repeated
+    timings in it: a record-less cuBLAS entry is replaced; an entry with a record is kept."""
+    from cudal2.registry import record_cublas
+    p = Problem(512, 512, 4096)
+    Registry.load(tmp_path).add(entry_with(None, torch=10.0, **{AT: 9.0}), None)
+    e = record_cublas(tmp_path, p, "h200-sm90", rep(10.0, 9.0), repeats=[rep(10.1, 9.1)])
+    assert e is not None and e.dispatch["target"] == AT and len(e.dispatch["repeats"]) == 2
+    assert record_cublas(tmp_path, p, "h200-sm90", rep(10.0, 9.9), repeats=[rep(10.0, 9.9)]) is None
+    assert Registry.load(tmp_path).lookup(p, "h200-sm90").dispatch["target"] == AT

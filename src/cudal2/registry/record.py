@@ -22,7 +22,8 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
     A kernel that does not beat best-cublas by `margin` (time * margin < best-cublas; 1.0: any win)
     is filed as a "cublas" winner (dispatch then runs the fastest cuBLAS call, cudal2.lt_dispatch).
     An existing entry is kept if its speedup over best-cublas (a ratio from one run, robust to
-    drift between runs) is higher, unless `force`. `lt_algo`: cuBLASLt autotune's
+    drift between runs) is higher, unless `force` (or it is a cuBLAS entry without a dispatch record
+    and this one is cuBLAS with one: a v1 entry upgraded). `lt_algo`: cuBLASLt autotune's
     algorithm for the problem (cudal2.lt_dispatch), recorded if the entry says cuBLAS. `baselines`:
     the names best-cublas was formed from (Entry.baselines). `repeats`: every independent timing
     of the baselines at this shape ({name: us} per interleaved run; default: the measurement's
@@ -58,7 +59,7 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
         entry.dispatch = _choice(repeats, baselines, cublas_margin)
     reg = Registry.load(registry_path, create=True)
     old = reg.lookup(Problem.parse(problem), device_key)
-    if old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0):
+    if old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0) and not _upgrades(old, entry):
         return None
     return reg.add(entry, source_text if wins else None)
 
@@ -75,13 +76,21 @@ def record_cublas(registry_path, problem: str | Problem, device_key: str, baseli
         raise RegistryError(f"{device_key}/{p}: record_cublas needs the measured baseline times")
     name = min(baselines_us, key=baselines_us.get)
     reg = Registry.load(registry_path, create=True)
-    if reg.lookup(p, device_key) is not None and not force:
+    old = reg.lookup(p, device_key)
+    dispatch = _choice(repeats, baselines_us, cublas_margin)
+    if old is not None and not force and not (old.backend == "cublas" and old.dispatch is None):
         return None
     e = Entry(problem=p.text, device=device_key, backend="cublas", time_us=baselines_us[name],
               best_cublas_us=baselines_us[name], best_cublas=name, baselines_us=dict(baselines_us),
               versions=dict(versions or {}), lt_algo=lt_algo, baselines=list(baselines or []),
-              dispatch=_choice(repeats, baselines_us, cublas_margin))
+              dispatch=dispatch)
     return reg.add(e, None)
+
+
+def _upgrades(old: Entry, new: Entry) -> bool:
+    """A cuBLAS entry filed before dispatch records (v1) gives way to a cuBLAS entry with one: the
+    same verdict, now with the repeated timings that choose its call."""
+    return old.backend == new.backend == "cublas" and old.dispatch is None and new.dispatch is not None
 
 
 def _choice(repeats, baselines_us: dict, margin: float) -> dict:
