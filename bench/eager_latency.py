@@ -17,7 +17,7 @@ calls then one sync, cudal2.timing.eager) of
   jit                       Triton only: the same launch through the JIT (JITFunction[grid](...)),
                             the path every call took before the direct launch (issue 6)
 and offline GPU µs (cudal2.timing.offline, interleaved) of cudal2 and torch, with the plan that
-served cudal2 (exact / nearest kernel, or torch) and, for Triton, whether the direct path was taken.
+served cudal2 (exact / scoped kernel, or torch) and, for Triton, whether the direct path was taken.
 Part 2, a small Llama built from a config (random fp16 weights, nothing downloaded): GPU time and
 eager wall time of a forward pass, patched (cudal2.patch_linear) vs unpatched, per token count
 (served by the first family of --default-kernels, or the registry).

@@ -4,6 +4,12 @@
 #   bash bench/grid_search.sh search SECONDS [SEEDS] [CAP]  # cudal2 generate over the grid (spread order),
 #                                   # --resume; SEEDS is its --seed-list (default auto:4), CAP its
 #                                   # --screen-max-calls (default 300; 0 = no cap)
+#   SET=grid-nt bash bench/grid_search.sh search SECONDS ...   # the same over another set: grid-nn
+#                                   # (default), grid-nt, or models (bench/model_set.txt: 224 nt shapes
+#                                   # of four model configs at M 1..8192, with --m-buckets)
+#   bash bench/grid_search.sh search-all SECONDS [SEEDS] [CAP]  # registry v2 (issue 22): grid-nn, then
+#                                   # grid-nt, then models, each --resume, until SECONDS are spent; call
+#                                   # it again in the next device call / session to go on
 #   bash bench/grid_search.sh compare SECONDS  # the registry's kernels beside the five baselines
 #   bash bench/grid_search.sh calibrate SECONDS  # screen vs capped screen vs PROTOCOL timing on
 #                                              # searched shapes (bench/screen_calibration.py)
@@ -35,8 +41,39 @@ stage=$1
 limit=$2
 seeds=${3:-auto:4}
 cap=${4:-300}
+# One set's search: its shapes, layout, stride (coprime to the set's size) and extra flags. All sets
+# share one store and one registry: the store's search log is keyed by shape and layout, so --resume
+# skips what any earlier call finished, whichever set it was in.
+search_set() {   # search_set SET SECONDS
+  local set=$1 lim=$2 shapes layout stride extra=()
+  case "$set" in
+    grid-nn) shapes=grid; layout=nn; stride=7 ;;
+    grid-nt) shapes=grid; layout=nt; stride=7 ;;
+    models)  shapes=bench/model_set.txt; layout=nt; stride=11; extra=(--m-buckets) ;;
+    *) echo "unknown SET $set (grid-nn | grid-nt | models)"; return 2 ;;
+  esac
+  n=$(ls "$OUT"/generate_*.log 2>/dev/null | wc -l)
+  capopt=(); [ "$cap" != 0 ] && capopt=(--screen-max-calls "$cap")
+  timeout $((${lim%.*} + 45)) cudal2 generate --shapes "$shapes" --layout "$layout" --stride "$stride" \
+    --backend both --budget 8 --group 4 --seed-list "$seeds" "${capopt[@]}" --screen-ms 10 --full-ms 30 \
+    --recheck 1 "${extra[@]}" --store run/grid.db --registry run/registry --resume --time-limit "$lim" \
+    >"$OUT/generate_$n.log" 2>"$OUT/generate_$n.err"
+  local rc=$?
+  echo "generate $set exit $rc"
+  tail -5 "$OUT/generate_$n.log"; tail -3 "$OUT/generate_$n.err"
+  # generate says so when it stopped at the time limit with shapes left: the next set must wait.
+  ! grep -q "stopped at the time limit" "$OUT/generate_$n.log" && [ $rc = 0 ]
+}
 case "$stage" in
+  search-all)
+    t0=$(date +%s)
+    for set in grid-nn grid-nt models; do
+      left=$(( ${limit%.*} - ($(date +%s) - t0) ))
+      [ "$left" -lt 30 ] && { echo "time limit: $set not started"; break; }
+      search_set "$set" "$left" || break
+    done ;;
   search)
+    if [ "${SET:-grid-nn}" != grid-nn ]; then search_set "$SET" "$limit"; else
     n=$(ls "$OUT"/generate_*.log 2>/dev/null | wc -l)
     # budget 8 = 4 seeds + one policy group of 4; screen 10 ms; the fastest screened candidate
     # re-checked in full with 30 ms of timing (replaced if it fails). Calls 10-13 (2026-12-03) ran
@@ -52,7 +89,7 @@ case "$stage" in
       --store run/grid.db --registry run/registry --resume --time-limit "$limit" \
       >"$OUT/generate_$n.log" 2>"$OUT/generate_$n.err"
     echo "generate exit $?"
-    tail -5 "$OUT/generate_$n.log"; tail -3 "$OUT/generate_$n.err" ;;
+    tail -5 "$OUT/generate_$n.log"; tail -3 "$OUT/generate_$n.err"; fi ;;
   compare)
     timeout $((${limit%.*} + 60)) python3 bench/grid_baselines.py --registry run/registry --searched-only \
       --stride 7 --out run/compare --time-limit "$limit" 2>&1 | tail -20
@@ -61,7 +98,7 @@ case "$stage" in
     timeout $((${limit%.*} + 60)) python3 bench/screen_calibration.py --store run/grid.db --shapes 24 \
       --max-calls 300 --time-limit "$limit" --out "$OUT" 2>&1 | tail -8 ;;
   *)
-    echo "unknown stage $stage (search | compare | calibrate)"; exit 2 ;;
+    echo "unknown stage $stage (search | search-all | compare | calibrate)"; exit 2 ;;
 esac
 python3 - <<'EOF'
 import sqlite3

@@ -117,9 +117,12 @@ def test_ops_dispatches_exact_cublas_entry_to_the_winning_call(tmp_path, hopper,
         kern, info = ops._choose(Problem(128, 128, 256), dev, 0, strict=False)
         assert isinstance(kern, _LtStandIn) and kern.words == WORDS
         assert info.startswith(f"cublaslt-autotune: cublas won {DEV}/128x128x256:nn")
-        # The same entry as the nearest one for another size: its algorithm was tuned for 256, not 384.
+        # Another size near it has no entry: torch.matmul (its algorithm was tuned for 256, not 384).
         kern, info = ops._choose(Problem(128, 128, 384), dev, 0, strict=False)
-        assert kern is None and info == "torch: cublas won 128x128x256:nn"
+        assert kern is None and info.startswith("torch: no registry entry for 128x128x384:nn")
+        # A neighbour's entry handed in directly still goes to torch, never to its algorithm.
+        e = Registry.load(tmp_path).lookup(Problem(128, 128, 256), DEV)
+        assert ops._cublas_choice(Registry.load(tmp_path), e, Problem(128, 128, 384), 0)[0] is None
         plan = ops._kernel_plan(_LtStandIn(Problem(8, 8, 8), WORDS), 8, 8, 8, torch.Size((8, 8)),
                                 torch.device("cpu"), "")
         a, b = torch.randn(8, 8).half(), torch.randn(8, 8).half()

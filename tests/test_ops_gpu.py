@@ -58,11 +58,26 @@ def test_exact_hit_runs_the_registry_kernel(registry, p, backend):
     assert rel_err(c, a, b, p.layout) <= REL
 
 
-@pytest.mark.parametrize("p", [Problem(200, 500, 384, "nn"), Problem(7, 100, 300, "nt"), Problem(1, 256, 320, "nt")])
-def test_nearest_serves_off_grid(registry, p):
+OFF_GRID = [(Problem(200, 500, 384, "nn"), TRITON_P, {"M": [200, 256], "N": [500, 512]}),
+            (Problem(7, 100, 320, "nt"), CUDA_P, {"M": [1, 192], "N": [100, 256]}),
+            (Problem(1, 256, 320, "nt"), CUDA_P, {"M": [1, 192], "N": [100, 256]})]
+
+
+@pytest.mark.parametrize("p, home, box", OFF_GRID)
+def test_off_grid_is_cublas_unless_a_scope_holds_it(registry, gpu_device, p, home, box):
+    """No entry and no scope: torch.matmul (cuBLAS). With a scope over the box the home entry's
+    kernel serves the odd shape (its masked edges are what this checks). The scope's points are
+    stand-ins (1.0 us each side: this registry exercises dispatch; no number here was measured)."""
     a, b = operands(p, seed=1)
     c = cudal2.matmul(a, b, layout=p.layout)
-    assert "(nearest," in ops.plan_info(a, b, p.layout)
+    assert ops.plan_info(a, b, p.layout).startswith(f"torch: no registry entry for {p.text}")
+    e = registry.lookup(home, gpu_device.key)
+    corners = [f"{m}x{n}x{home.K}:{home.layout}" for m in box["M"] for n in box["N"]]
+    e.scope = {**box, "margin": 1.0, "points": [{"problem": q, "time_us": 1.0, "best_cublas_us": 1.0} for q in corners]}
+    registry.add(e, registry.read_source(e))
+    ops.set_registry(registry.root)
+    c = cudal2.matmul(a, b, layout=p.layout)
+    assert "(in its measured scope M" in ops.plan_info(a, b, p.layout)
     assert rel_err(c, a, b, p.layout) <= REL
 
 

@@ -1,7 +1,7 @@
 """cudal2: RL-searched half-precision GEMM kernels for Hopper, and the registry that serves them.
 
     import cudal2
-    c = cudal2.matmul(a, b, layout="nt")      # tuned kernel for this shape, else nearest, else torch
+    c = cudal2.matmul(a, b, layout="nt")      # tuned kernel for this shape (or a measured range holding it), else torch
     cudal2.patch_linear(model)                # fp16 nn.Linear layers through the registry
     cudal2.unpatch_linear(model)
 

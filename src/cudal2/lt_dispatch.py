@@ -6,7 +6,8 @@ cuBLASLt version that produced them). On the first H200 grid registry (377 shape
 torch.matmul ran at 0.970x best-cublas (geomean offline) and cuBLASLt autotune at 0.995x, up to
 1.31x faster than torch on short-K wide shapes: that gap is what this module serves.
 
-`choose(entry, lt_version)` picks the fastest measured baseline that dispatch can run here:
+`choose(entry, lt_version)` picks, by the registry's rule (cudal2.registry.evidence: a cuBLASLt
+call only where it beat torch.matmul by a margin in every recorded timing), a call that runs here:
   cublaslt-autotune   the stored algorithm, only under the cuBLASLt version that chose it
   cublaslt-heuristic  the heuristic's first algorithm, asked once per plan
   torch               always (also the answer when nvmath-python is missing)
@@ -39,9 +40,12 @@ def lt_version() -> int | None:
 
 
 def choose(entry, version: int | None) -> tuple[str, list[int] | None, str]:
-    """(target, algo words or None, why) for a cublas entry: the fastest of its measured baselines
-    that can run with cuBLASLt `version` (None: no cuBLASLt here); torch when none was measured."""
-    times = {k: v for k, v in (entry.baselines_us or {}).items() if k in TARGETS and v}
+    """(target, algo words or None, why) for a cublas entry, by the registry's rule
+    (cudal2.registry.evidence): the first of the entry's qualified calls - those that beat
+    torch.matmul by the margin in every recorded timing - that can run with cuBLASLt `version`
+    (None: no cuBLASLt here); else torch.matmul. An entry filed before dispatch records existed
+    gets the same rule over its one recorded timing (`legacy_choice`)."""
+    from .registry import legacy_choice
     algo = entry.lt_algo or {}
     blocked = {}
     if version is None:
@@ -50,14 +54,12 @@ def choose(entry, version: int | None) -> tuple[str, list[int] | None, str]:
         blocked["cublaslt-autotune"] = "autotune's algorithm not stored"
     elif algo.get("cublasLt") != version:
         blocked["cublaslt-autotune"] = f"autotune's algorithm is for cuBLASLt {algo.get('cublasLt')}, not {version}"
-    ok = {t: us for t, us in times.items() if t not in blocked}
-    if not ok:
-        return "torch", None, "torch (no baseline time)"
-    best = min(ok, key=ok.get)
-    why = f"{best} {ok[best]:.2f} us measured"
-    faster = [f"{t} ({blocked[t]})" for t, us in times.items() if t in blocked and us < ok[best]]
-    if faster:
-        why += "; faster but not runnable: " + ", ".join(faster)
+    rec = entry.dispatch if entry.dispatch is not None else legacy_choice(entry.baselines_us, blocked)
+    qualified = rec.get("qualified") or [rec["target"]]
+    best = next((t for t in qualified if t not in blocked and t in TARGETS), "torch")
+    why = rec.get("why", "")
+    if best != rec["target"]:
+        why = f"{best}, as {rec['target']} cannot run here ({blocked.get(rec['target'], '?')}); filed: {why}"
     return best, (list(algo["data"]) if best == "cublaslt-autotune" else None), why
 
 

@@ -1,7 +1,8 @@
 """Dispatch: `cudal2.matmul` and the `cudal2::hgemm` torch op, served from the registry.
 
 Per (a.shape, b.shape, dtypes, devices, layout, strict) the first call builds a *plan* (validate,
-look up the registry: exact problem, else the nearest problem whose spec is valid for this size,
+look up the registry: the problem's own entry, else a kernel entry whose measured scope holds this
+size (cudal2.registry.evidence: it was measured not to lose to best-cublas at the scope's corners),
 else cuBLAS through torch.matmul; compile and load the kernel) and caches it. Every later call is
 one dict lookup plus the plan: contiguity/alignment tests, an output from the caching allocator
 (graph-safe) and a launch on torch's current stream. No host sync, no .item(), so a warmed-up call
@@ -331,7 +332,8 @@ def _choose(problem: Problem, dev, idx: int, strict: bool):
             raise RegistryError(msg)
         _warn_once(msg)
         return None, f"torch: entry refused at load ({why})"
-    for e in reg.candidates(problem, dev.key, dev):
+    refused = None
+    for e in reg.serving(problem, dev.key, dev):
         if e.backend == "cublas":
             return _cublas_choice(reg, e, problem, idx)
         k = _kernel(reg, e, dev, idx)
@@ -340,16 +342,24 @@ def _choose(problem: Problem, dev, idx: int, strict: bool):
             if strict:
                 raise RegistryError(msg)
             _warn_once(msg)
+            refused = refused or f"torch: entry {e.key} refused ({k})"
             continue
         if k.supports(problem):
-            how = "exact" if e.problem == problem.text else "nearest"
+            how = "exact" if e.problem == problem.text else f"in its measured scope {_scope_text(e)}"
             return k, f"kernel {e.key} ({how}, {e.backend}: {e.spec})"
-    return None, f"torch: no registry entry for {problem} on {dev.key}"
+    return None, refused or (f"torch: no registry entry for {problem} on {dev.key}, "
+                             "nor a kernel measured to win over a range holding it")
+
+
+def _scope_text(e) -> str:
+    s = e.scope or {}
+    return " ".join(f"{ax} {s[ax][0]}..{s[ax][1]}" for ax in ("M", "N", "K") if s.get(ax))
 
 
 def _cublas_choice(reg: Registry, e, problem: Problem, idx: int):
-    """cuBLAS won `e`: its fastest measured cuBLAS call that runs here (cudal2.lt_dispatch); a
-    nearest entry's algorithm was chosen for another size, so that one goes to torch.matmul."""
+    """cuBLAS won `e`: the cuBLAS call its timings chose that runs here (cudal2.lt_dispatch). Only
+    the problem's own entry gets here (a cublas entry has no scope); the guard stays for callers
+    that hand in another problem's entry: its algorithm was chosen for another size."""
     if e.problem != problem.text:
         return None, f"torch: cublas won {e.problem}"
     from . import lt_dispatch

@@ -4,12 +4,15 @@
                   [--budget N] [--group G] [--seed-list fixed:N|auto:N|model:N|none] [--screen-ms MS]
                   [--screen-max-calls N] [--full-ms MS] [--recheck K] [--time-limit S] [--stride S]
                   [--policy default|hf:PATH] [--store PATH] [--registry PATH] [--resume] [--replay STORE]
-                  [--cluster ray[:ADDR]] [--seed S]
+                  [--cluster ray[:ADDR]] [--seed S] [--file-margin R] [--cublas-margin R] [--m-buckets]
 
 Per shape (rl/staged.py): the fixed list's first N specs, then policy groups (GRPO on each) up to
 --budget evaluations, all screened (five checks at the shape, --screen-ms of timing beside the
 baselines); the --recheck fastest go through the full PROTOCOL pass (six checks, --full-ms); the
-fastest that passed is filed in the registry with its rendered source (as cuBLAS if it lost).
+fastest that passed is filed in the registry with its rendered source (as cuBLAS if it lost; a
+cuBLAS entry records which cuBLAS call won every timing of the shape by --cublas-margin, else
+torch.matmul). --m-buckets: a filed kernel is also timed at the bottom of its M bucket and, if it
+wins there too, serves the whole bucket (cudal2.registry.evidence).
 Every measurement is stored; each finished shape gets a row in the store's search log.
 --resume continues a killed or time-limited run: finished shapes are skipped, measured
 (profile, spec, shape) are not measured again, the latest policy checkpoint is restored.
@@ -74,25 +77,6 @@ def _make_policy(spec: str, seed: int):
     raise ValueError(f"--policy {spec!r}: use 'default' or 'hf:PATH' (a local Hugging Face model directory)")
 
 
-def _file_winner(registry: Optional[str], best, device_key: str, margin: float = 1.0, names=None) -> str:
-    """File a fully checked measurement; returns what happened, for the summary table."""
-    from ..backends import get_backend
-    from ..registry import RegistryError, record_winner
-    from ..spec import KernelSpec
-    spec = KernelSpec.parse(best.spec)
-    try:
-        source = get_backend(spec.backend).render(spec, Problem.parse(best.problem))
-        entry = record_winner(registry, best, source, device_key, lt_algo=_lt_algo(device_key, best.problem),
-                              margin=margin, baselines=names)
-    except (RegistryError, ImportError, ValueError) as e:
-        return f"not filed: {str(e).splitlines()[0]}"
-    if entry is None:
-        return "kept (registry has faster)"
-    if entry.backend == "cublas" and best.time_us < best.best_cublas_us:
-        return f"filed cublas (kernel won by less than the {margin:g}x margin)"
-    return f"filed {entry.backend}"
-
-
 def generate_cmd(
     shapes: str = typer.Option(..., "--shapes", help="grid | grid:N (every N-th) | FILE | MxNxK,MxNxK,..."),
     backend: str = typer.Option("both", "--backend", help="triton, cuda or both"),
@@ -126,6 +110,14 @@ def generate_cmd(
     file_margin: float = typer.Option(
         1.01, "--file-margin", help="file a kernel only if best-cublas / its full-pass time is at least this "
         "(1.0: any win); below it the shape is filed as cuBLAS"),
+    # 1.01: cudal2.registry.evidence (CUBLAS_MARGIN) says why.
+    cublas_margin: float = typer.Option(
+        1.01, "--cublas-margin", help="a cuBLAS entry runs a cuBLASLt call only if it beat torch.matmul by at "
+        "least this in every timing of the shape (at least two), else torch.matmul"),
+    m_buckets: bool = typer.Option(
+        False, "--m-buckets", help="after filing a kernel, time its spec (full check) at the bottom of its M "
+        "bucket: one above the next smaller M of the same N, K, layout in --shapes; if it wins there by "
+        "--file-margin too, the entry serves every M of the bucket (its scope)"),
     time_limit: Optional[float] = typer.Option(
         None, "--time-limit", help="seconds; stop cleanly after that (resume later)"),
     baselines_arg: Optional[str] = typer.Option(
@@ -142,8 +134,8 @@ def generate_cmd(
 
     if backend not in _BACKENDS:
         fail(f"--backend {backend!r}: choose triton, cuda or both")
-    if not file_margin >= 1.0:
-        fail(f"--file-margin must be >= 1.0 (a ratio over best-cublas), got {file_margin}")
+    if not file_margin >= 1.0 or not cublas_margin >= 1.0:
+        fail(f"--file-margin and --cublas-margin must be >= 1.0 (ratios), got {file_margin}, {cublas_margin}")
     if budget < 1 or group < 1 or recheck_k < 1:
         fail(f"--budget, --group and --recheck must be >= 1 (got {budget}, {group}, {recheck_k})")
     from ..rl.staged import SeedListError, parse_seed_list, profiles
@@ -231,10 +223,12 @@ def generate_cmd(
               "resume": resume, "device_info": device.to_dict(), "seed_list": seed_list, "screen_ms": screen_ms,
               "full_ms": full_ms, "screen_max_calls": screen_max_calls, "recheck": recheck_k,
               "time_limit": time_limit, "stride": stride, "file_margin": file_margin,
+              "cublas_margin": cublas_margin, "m_buckets": m_buckets,
               # the baselines best-cublas is formed from, and whether the user named them
               "baselines": None if replay else list(names), "baselines_named": baselines_arg is not None}
     run_id = store.new_run(config, device=device_key, versions=versions)
     from ..rl.shared_eval import SharedEvaluator
+    from .filing import bucket_floors
     deadline = t_start + time_limit if time_limit else None
     shared = SharedEvaluator(evaluator, store=store, run_id=run_id, device_key=device_key, deadline=deadline,
                              on_new=lambda problem, ms: _report_compile_errors(problem, ms, store_path))
@@ -242,7 +236,8 @@ def generate_cmd(
     shared.add_profile("full", **prof[1])
     opts = {"budget": budget, "group": group, "backends": _BACKENDS[backend], "seed": seed, "resume": resume,
             "registry": registry, "n_seed": n_seed, "seed_kind": seed_kind, "recheck": recheck_k, "deadline": deadline,
-            "file_margin": file_margin, "baselines": None if replay else list(names)}
+            "file_margin": file_margin, "baselines": None if replay else list(names),
+            "cublas_margin": cublas_margin, "buckets": bucket_floors(problems) if m_buckets else {}}
     from ..evaluate.procs import EvaluatorError
     try:
         results, left = _search(pol, shared, device, device_key, store, run_id, problems, opts)
@@ -280,6 +275,7 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
     from ..rl.search import Search
     from ..rl.shared_eval import StudyDeadline
     from ..rl.staged import log_row, search_shape, seed_specs
+    from .filing import file_outcome, scope_bucket
     console = Console(stderr=True)
     totals = {"evals": 0, "fail": 0, "won": 0, "rejected": 0}
     prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -324,7 +320,11 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
             except StudyDeadline:
                 left = len(todo) - i
                 break
-            action = _file(o["registry"], out, device_key, o["file_margin"], o["baselines"])
+            action = file_outcome(o["registry"], out, device_key, o["file_margin"], o["baselines"], store,
+                                  o["cublas_margin"])
+            lo = o["buckets"].get(p.text)
+            if lo is not None and action.startswith(("filed triton", "filed cuda")):
+                action += "; " + scope_bucket(shared, o["registry"], p, lo, device_key, o["file_margin"])
             store.add_shape(p, device_key, log_row(out, action), run_id=run_id)
             results.append((out, action))
             totals["evals"] += out["evaluations"] + out["full_evaluations"]
@@ -338,30 +338,6 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
         console.print(f"{totals['rejected']} LM answers were rejected (unparseable or invalid) and corrected "
                       "by constrained decoding; none was executed as written")
     return results, left
-
-
-def _file(registry, out, device_key: str, margin: float = 1.0, names=None) -> str:
-    """File the shape's outcome: the full pass's winner, or cuBLAS when nothing passed it but
-    baselines were measured (so dispatch does not borrow a neighbour's kernel here)."""
-    from ..registry import RegistryError, record_cublas
-    if out["winner"] is not None:
-        return _file_winner(registry, out["winner"], device_key, margin, names)
-    seen = out["screen_best"]
-    if seen is None or not seen.baselines_us:
-        return "nothing filed: no candidate passed the checks"
-    try:
-        entry = record_cublas(registry, out["problem"], device_key, seen.baselines_us, versions=seen.versions,
-                              lt_algo=_lt_algo(device_key, out["problem"]), baselines=names)
-    except RegistryError as e:
-        return f"not filed: {str(e).splitlines()[0]}"
-    return "filed cublas (no kernel passed the full check)" if entry else "kept (registry has faster)"
-
-
-def _lt_algo(device_key: str, problem) -> dict | None:
-    """The algorithm cuBLASLt autotune chose for `problem` in this run (the GPU worker's on-disk
-    cache), for a cublas entry to record: dispatch then runs that call (cudal2.lt_dispatch)."""
-    from ..lt_dispatch import cached_algo
-    return cached_algo(device_key, Problem.parse(str(problem)).text)
 
 
 def _summary(results, device_key: str, store_path: str) -> None:

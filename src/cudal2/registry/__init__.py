@@ -1,20 +1,23 @@
 """The kernel registry: per device, the winning kernel of each problem, with its source and proof.
 
-Owns: an entry and its rules (entry.py: Entry, RegistryError, the filing margin), the index on disk
+Owns: an entry and its rules (entry.py: Entry, RegistryError, the filing margin), the evidence
+rules dispatch serves by (evidence.py: a cuBLAS entry's call, a kernel entry's measured scope), the index on disk
 and its queries (index.py: Registry, load / lookup / nearest / add / verify / export, the shipped
 root), and filing measurements into it (record.py: record_winner, record_cublas). This folder also
 holds the shipped registry's data, index.json (its sources ship in cudal2.kernels_*/generated).
 May import: problems, spec, device, backends and check (to verify); never evaluate, store, ops,
-cli or rl. Inside: record -> index -> entry, one direction.
+cli or rl. Inside: record -> index -> entry -> evidence, one direction.
 """
 from __future__ import annotations
 
 from .entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, check_margin, sha256_text
 from .index import (ENV, Registry, VerifyResult, check_render, default_root, log_distance, shipped_root,
                     target_for_key)
-from .record import record_cublas, record_winner
+from .evidence import CUBLAS_MARGIN, DISPATCH_TARGETS, cublas_choice, legacy_choice, scope_problems
+from .record import record_cublas, record_scope, record_winner
 
 # Every public name, so `from cudal2.registry import X` keeps working for all callers.
-__all__ = ["BACKENDS", "ENV", "FORMAT", "SUFFIX", "VERSION", "Entry", "Registry", "RegistryError",
+__all__ = ["CUBLAS_MARGIN", "DISPATCH_TARGETS", "cublas_choice", "legacy_choice", "record_scope",
+           "scope_problems", "BACKENDS", "ENV", "FORMAT", "SUFFIX", "VERSION", "Entry", "Registry", "RegistryError",
            "VerifyResult", "check_margin", "check_render", "default_root", "log_distance", "record_cublas",
            "record_winner", "sha256_text", "shipped_root", "target_for_key"]

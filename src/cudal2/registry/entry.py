@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..problems import Problem, ProblemError
+from .evidence import validate_dispatch, validate_scope
 
 FORMAT = "cudal2-registry"
 VERSION = 1
@@ -58,6 +59,12 @@ class Entry:
     # The baselines best-cublas was formed from (the run's --baselines; those that ran are
     # baselines_us's keys); [] in entries filed before this was recorded.
     baselines: list = field(default_factory=list)
+    # cublas entries: which cuBLAS call dispatch runs and the repeated timings that chose it
+    # (evidence.cublas_choice); None in entries filed before it (evidence.legacy_choice applies).
+    dispatch: dict | None = None
+    # kernel entries: the box of other problems this kernel was measured not to lose on, with
+    # the measurements (evidence.validate_scope); None: it serves its own problem only.
+    scope: dict | None = None
 
     @property
     def key(self) -> str:
@@ -75,7 +82,13 @@ class Entry:
         return base / self.time_us
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        # Fields added in registry v2 are written only when set: an index of v1 entries round-trips
+        # byte for byte, and an older cudal2 (which ignores unknown keys) still reads a v2 index.
+        for name in ("dispatch", "scope"):
+            if d[name] is None:
+                del d[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Entry":
@@ -129,6 +142,18 @@ class Entry:
                     or not isinstance(a.get("cublasLt"), int)):
                 raise RegistryError(f"{self.key}: lt_algo must be {{'data': 8 uint64 words, 'cublasLt': "
                                     f"version}} on a cublas entry")
+        try:
+            if self.dispatch is not None:
+                if self.backend != "cublas":
+                    raise ValueError("dispatch is a cublas entry's record")
+                validate_dispatch(self.dispatch, self.key)
+            if self.scope is not None:
+                if self.backend == "cublas":
+                    raise ValueError("a cublas entry has no kernel to serve a scope")
+                validate_scope(self.scope, p, self.key)
+        except ValueError as e:
+            msg = str(e)
+            raise RegistryError(msg if msg.startswith(self.key) else f"{self.key}: {msg}") from None
         if self.backend == "cublas":
             return
         from ..spec import KernelSpec, SpecError

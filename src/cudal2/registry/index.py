@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..problems import Problem
+from . import evidence
 from .entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, check_margin, sha256_text
 
 ENV = "CUDAL2_REGISTRY"
@@ -248,9 +249,34 @@ class Registry:
         out += [e for _, _, e in sorted(scored, key=lambda t: t[:2])]
         return out
 
+    def serving(self, problem: Problem, device_key: str, device=None) -> list[Entry]:
+        """The entries dispatch may serve `problem` from, in order (evidence.py, rule 2): its own
+        entry, then kernel entries of its layout whose measured scope holds it and whose spec is
+        valid for it - the one with the strongest weakest point first, then the tightest box.
+        [] means cuBLAS (torch.matmul): no entry here is evidence that a kernel wins at this size.
+        Unlike `candidates`, a neighbour without a scope never serves."""
+        from ..spec import is_valid
+        ents = self.entries.get(device_key, {})
+        exact = ents.get(problem.text)
+        out = [exact] if exact else []
+        if device is None:
+            device = target_for_key(device_key)
+        scoped = []
+        for e in ents.values():
+            if e is exact or e.scope is None:
+                continue
+            q = e.prob
+            if q.layout != problem.layout or not evidence.contains(evidence.box(e.scope, q), problem):
+                continue
+            if not is_valid(_parse_spec(e.spec), problem, device):
+                continue
+            scoped.append((-evidence.scope_worst(e.scope), evidence.scope_size(e.scope, q), e.problem, e))
+        return out + [e for *_, e in sorted(scoped, key=lambda t: t[:3])]
+
     def nearest(self, problem: Problem, device_key: str, device=None,
                 max_distance: float | None = None) -> Entry | None:
-        """The entry of the nearest other problem that qualifies (see candidates), or None."""
+        """The entry of the nearest other problem that qualifies (see candidates), or None. A query
+        (what is close to a shape); dispatch does not serve from it, see `serving`."""
         c = [e for e in self.candidates(problem, device_key, device, max_distance) if e.problem != problem.text]
         return c[0] if c else None
 
@@ -338,6 +364,7 @@ class Registry:
                 e.times = {**e.times, "best_kernel_us": e.time_us, "best_kernel_spec": e.spec,
                            "refiled": f"win {win:.4f}x under margin {margin}"}
                 e.backend, e.spec, e.source, e.sha256 = "cublas", "", None, None
+                e.scope = None          # the kernel's measured range goes with it
                 e.time_us = e.best_cublas_us
                 e.validate()
                 changed.append(e)

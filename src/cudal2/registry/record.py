@@ -1,8 +1,10 @@
 """Filing measurements into a registry: record_winner (a checked, timed kernel, or "cuBLAS wins"
-when it lost to best-cublas) and record_cublas (no generated kernel passed at all)."""
+when it lost to best-cublas), record_cublas (no generated kernel passed at all) and record_scope
+(the range of other shapes a filed kernel was measured to win on). The rules are evidence.py's."""
 from __future__ import annotations
 
 from ..problems import Problem
+from . import evidence
 from .entry import Entry, RegistryError, check_margin
 from .index import Registry
 
@@ -13,15 +15,20 @@ def _get(m, name, default=None):
 
 def record_winner(registry_path, measurement, source_text: str | None, device_key: str | None = None,
                   force: bool = False, lt_algo: dict | None = None, margin: float = 1.0,
-                  baselines=None) -> Entry | None:
+                  baselines=None, repeats: list | None = None,
+                  cublas_margin: float = evidence.CUBLAS_MARGIN) -> Entry | None:
     """File a Measurement (object or dict, ARCHITECTURE.md fields) as its problem's winner.
 
     A kernel that does not beat best-cublas by `margin` (time * margin < best-cublas; 1.0: any win)
     is filed as a "cublas" winner (dispatch then runs the fastest cuBLAS call, cudal2.lt_dispatch).
     An existing entry is kept if its speedup over best-cublas (a ratio from one run, robust to
-    drift between runs) is higher, unless `force`. `lt_algo`: cuBLASLt autotune's
+    drift between runs) is higher, unless `force` (or it is a cuBLAS entry without a dispatch record
+    and this one is cuBLAS with one: a v1 entry upgraded). `lt_algo`: cuBLASLt autotune's
     algorithm for the problem (cudal2.lt_dispatch), recorded if the entry says cuBLAS. `baselines`:
-    the names best-cublas was formed from (Entry.baselines). Returns the filed entry or None.
+    the names best-cublas was formed from (Entry.baselines). `repeats`: every independent timing
+    of the baselines at this shape ({name: us} per interleaved run; default: the measurement's
+    one), from which a cuBLAS entry's call is chosen (evidence.cublas_choice, `cublas_margin`:
+    with fewer than two timings that is torch.matmul). Returns the filed entry or None.
     """
     check_margin(margin)
     status = _get(measurement, "status")
@@ -49,26 +56,80 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
         # Keep what the best kernel reached, for the record; the entry dispatches to cuBLAS.
         entry.times = {**entry.times, "best_kernel_us": t, "best_kernel_spec": spec.text}
         entry.lt_algo = lt_algo
+        entry.dispatch = _choice(repeats, baselines, cublas_margin)
     reg = Registry.load(registry_path, create=True)
     old = reg.lookup(Problem.parse(problem), device_key)
-    if old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0):
+    if old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0) and not _upgrades(old, entry):
         return None
     return reg.add(entry, source_text if wins else None)
 
 
 def record_cublas(registry_path, problem: str | Problem, device_key: str, baselines_us: dict,
                   versions: dict | None = None, force: bool = False, lt_algo: dict | None = None,
-                  baselines=None) -> Entry | None:
+                  baselines=None, repeats: list | None = None,
+                  cublas_margin: float = evidence.CUBLAS_MARGIN) -> Entry | None:
     """File "cuBLAS wins" for a problem where no generated kernel passed the checker at all, so
-    dispatch uses torch.matmul there instead of borrowing a nearby problem's kernel."""
+    dispatch uses torch.matmul there instead of borrowing a nearby problem's kernel. `repeats`
+    and `cublas_margin` as in record_winner."""
     p = problem if isinstance(problem, Problem) else Problem.parse(problem)
     if not baselines_us:
         raise RegistryError(f"{device_key}/{p}: record_cublas needs the measured baseline times")
     name = min(baselines_us, key=baselines_us.get)
     reg = Registry.load(registry_path, create=True)
-    if reg.lookup(p, device_key) is not None and not force:
+    old = reg.lookup(p, device_key)
+    dispatch = _choice(repeats, baselines_us, cublas_margin)
+    if old is not None and not force and not (old.backend == "cublas" and old.dispatch is None):
         return None
     e = Entry(problem=p.text, device=device_key, backend="cublas", time_us=baselines_us[name],
               best_cublas_us=baselines_us[name], best_cublas=name, baselines_us=dict(baselines_us),
-              versions=dict(versions or {}), lt_algo=lt_algo, baselines=list(baselines or []))
+              versions=dict(versions or {}), lt_algo=lt_algo, baselines=list(baselines or []),
+              dispatch=dispatch)
     return reg.add(e, None)
+
+
+def _upgrades(old: Entry, new: Entry) -> bool:
+    """A cuBLAS entry filed before dispatch records (v1) gives way to a cuBLAS entry with one: the
+    same verdict, now with the repeated timings that choose its call."""
+    return old.backend == new.backend == "cublas" and old.dispatch is None and new.dispatch is not None
+
+
+def _choice(repeats, baselines_us: dict, margin: float) -> dict:
+    """The dispatch record of a cuBLAS entry; the filing run's own timing counts once."""
+    reps = [dict(r) for r in (repeats or []) if r]
+    if baselines_us and dict(baselines_us) not in reps:
+        reps.append(dict(baselines_us))
+    return evidence.cublas_choice(reps, margin)
+
+
+def record_scope(registry_path, problem: str | Problem, device_key: str, points, bounds: dict,
+                 margin: float = 1.0) -> Entry:
+    """Give the kernel entry of `problem` a scope (evidence.py, rule 2): `bounds` {axis: (lo, hi)}
+    (axes left out stay at the entry's value), `points` the measurements (objects or dicts) of the
+    entry's spec at other problems of the box, each checked and timed beside best-cublas. The
+    entry's own filing measurement is a point too. Raises RegistryError, naming why, when they are
+    not evidence (a corner not measured, a point slower than best-cublas by `margin`, another spec,
+    a failed check); the entry then keeps serving its own problem only."""
+    check_margin(margin)
+    p = problem if isinstance(problem, Problem) else Problem.parse(problem)
+    reg = Registry.load(registry_path)
+    e = reg.lookup(p, device_key)
+    if e is None or e.backend == "cublas":
+        raise RegistryError(f"{device_key}/{p}: no kernel entry to give a scope")
+    pts = [{"problem": e.problem, "time_us": e.time_us, "best_cublas_us": e.best_cublas_us}]
+    for m in points:
+        q = Problem.parse(_get(m, "problem")).text
+        check = _get(m, "check") or {}
+        if _get(m, "status") != "ok" or (isinstance(check, dict) and check.get("passed") is False):
+            raise RegistryError(f"{e.key}: the measurement at {q} is {_get(m, 'status')!r}, not a checked kernel")
+        if _get(m, "spec") != e.spec:
+            raise RegistryError(f"{e.key}: the measurement at {q} is of another spec ({_get(m, 'spec')})")
+        pts.append({"problem": q, "time_us": _get(m, "time_us"), "best_cublas_us": _get(m, "best_cublas_us"),
+                    "run_id": _get(m, "run_id")})
+    scope = {ax: [int(lo), int(hi)] for ax, (lo, hi) in bounds.items()}
+    scope.update(margin=margin, points=pts)
+    try:
+        evidence.validate_scope(scope, p, e.key)
+    except ValueError as err:
+        raise RegistryError(str(err)) from None
+    e.scope = scope
+    return reg.add(e, reg.read_source(e))

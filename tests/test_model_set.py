@@ -1,0 +1,67 @@
+"""The model set of issue 22 (bench/model_set.py, bench/model_set.txt) and bench/grid_search.sh's
+search-all loop over grid nn, grid nt and the model set (run with a stub `cudal2` on the PATH)."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from cudal2.problems import read_shape_file
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+import model_set  # noqa: E402
+
+
+def test_committed_model_set_is_what_the_configs_give():
+    shapes = read_shape_file(str(BENCH / "model_set.txt"), "nt")
+    assert [p.text for p in shapes] == model_set.model_set()        # not edited by hand, not stale
+    # Four models of different hidden sizes; q/o and gate/up coincide within a model: 4 x 4 (N, K)
+    # pairs (h x h, kv x h, inter x h, h x inter) at 14 token counts, all nt (nn.Linear).
+    assert {p.K for p in shapes if p.N == p.K} == {2048, 3584, 4096, 8192}
+    assert len(shapes) == 16 * 14 and {p.layout for p in shapes} == {"nt"}
+    assert sorted({p.M for p in shapes}) == [2 ** i for i in range(14)]
+    # Llama-3-70B's MLP (28672 x 8192 up, 8192 x 28672 down) and Llama-3.2-1B's k/v (512 x 2048).
+    texts = {p.text for p in shapes}
+    assert {"1x28672x8192:nt", "8192x8192x28672:nt", "16x512x2048:nt"} <= texts
+
+
+STUB = """#!/usr/bin/env bash
+echo "$@" >>"$STUB_LOG"
+case "$*" in *"--layout $STUB_STOP_AT"*) echo "stopped at the time limit: 3 of 1000 shapes not finished";; esac
+exit 0
+"""
+
+
+def _run(tmp_path, stop_at):
+    """bench/grid_search.sh search-all 600 in a scratch copy: device_env.sh stubbed (it would pip
+    install), `cudal2` a stub that logs its arguments; returns the logged generate calls."""
+    work = tmp_path / "w"
+    (work / "bench").mkdir(parents=True)
+    shutil.copy(BENCH / "grid_search.sh", work / "bench")
+    (work / "bench" / "device_env.sh").write_text("true\n")
+    binp = tmp_path / "bin"
+    binp.mkdir()
+    (binp / "cudal2").write_text(STUB)
+    (binp / "cudal2").chmod(0o755)
+    log = tmp_path / "calls.log"
+    env = {**os.environ, "PATH": f"{binp}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "STUB_LOG": str(log), "STUB_STOP_AT": stop_at, "HOME": str(tmp_path)}
+    subprocess.run(["bash", "bench/grid_search.sh", "search-all", "600"], cwd=work, env=env,
+                   capture_output=True, text=True, timeout=60)
+    return [line for line in log.read_text().splitlines() if line.startswith("generate")]
+
+
+def test_search_all_runs_the_three_sets_in_order_with_resume(tmp_path):
+    calls = _run(tmp_path, stop_at="none")
+    assert [c.split("--layout ")[1].split()[0] for c in calls] == ["nn", "nt", "nt"]
+    assert [c.split("--shapes ")[1].split()[0] for c in calls] == ["grid", "grid", "bench/model_set.txt"]
+    assert all("--resume" in c and "--time-limit" in c for c in calls)
+    # Only the model set has M buckets; its stride (11) is coprime to its 224 shapes.
+    assert ["--m-buckets" in c for c in calls] == [False, False, True] and "--stride 11" in calls[2]
+
+
+def test_search_all_stops_where_the_time_ran_out(tmp_path):
+    # grid nt stopped at its time limit with shapes left: the model set waits for the next call.
+    calls = _run(tmp_path, stop_at="nt")
+    assert [c.split("--layout ")[1].split()[0] for c in calls] == ["nn", "nt"]
