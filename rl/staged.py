@@ -128,11 +128,17 @@ def model_seeds(n: int, problem: Problem, device, backends=None) -> list[KernelS
     """The wgmma family's first n cost-model candidates where it can run (sm_90a, cuda backend
     allowed, a measured SM count), else none. On the H200 (2026-12-03, bench/results/h200-sm90/
     hopper) the best of ~10 such candidates reached 0.94-0.98x of best-cublas per class and beat it
-    on 20-40% of shapes, where the fixed list's best was 0.82x (1-100 GFLOP, median)."""
+    on 20-40% of shapes, where the fixed list's best was 0.82x (1-100 GFLOP, median); under 1 GFLOP,
+    with lite specs among them, 1.000x nn (all 304 grid shapes, 194 won) and 1.032x nt (210 shapes)."""
     from cudal2.tiles import candidates
     if n <= 0 or (backends and "cuda" not in backends) or device.cc != (9, 0) or not device.sm_count:
         return []
-    return [s for s in candidates(problem, device, n) if is_valid(s, problem, device)][:n]
+    # Under 1 GFLOP the lite schedule (warp_spec 0) was the best spec of 89 of 304 grid shapes nn and
+    # 59 of 210 nt (H200, 2026-12-03, hopper/run36-37); elsewhere it lost (starved, skinny: run 36).
+    lite = max(1, n // 4) if problem.flops < 1e9 else 0
+    cands = [s for s in candidates(problem, device, n, lite=lite) if is_valid(s, problem, device)]
+    lites = [s for s in cands if s.warp_spec == 0][:lite]
+    return [s for s in cands if s.warp_spec != 0][: n - len(lites)] + lites
 
 
 def profiles(screen_ms: float, full_ms: float, screen_max_calls: int | None = None) -> tuple[dict, dict]:

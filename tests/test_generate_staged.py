@@ -15,7 +15,7 @@ from cudal2.testing.standin import HashClock
 from cudal2.problems import Problem
 from cudal2.registry import Registry
 from cudal2.rl.search import FixedListPolicy
-from cudal2.rl.staged import SeedListError, parse_seed_list, seed_specs, starved
+from cudal2.rl.staged import SeedListError, model_seeds, parse_seed_list, seed_specs, starved
 from cudal2.spec import is_valid
 from cudal2.store import Store
 
@@ -342,3 +342,16 @@ def test_model_seeds_lead_with_the_wgmma_cost_model(shape):
     # No cuda backend, or no Hopper: the model has nothing to offer and model = auto.
     assert seed_specs(6, p, H200, ("triton",), "model") == seed_specs(6, p, H200, ("triton",), "auto")
     assert parse_seed_list("model:6") == ("model", 6)
+
+
+def test_model_seeds_under_one_gflop_include_the_lite_schedule():
+    """Under 1 GFLOP a quarter of the model's seeds (at least one) are lite specs (warp_spec 0), after
+    the cooperative ones: lite was the best spec of ~30% of the small grid shapes on the H200 (runs
+    36-37) and lost elsewhere, so above 1 GFLOP there are none."""
+    from cudal2.tiles import candidates
+    small, big = Problem.parse("256x512x2048"), Problem.parse("4096x4096x512")
+    seeds = model_seeds(8, small, H200, ("cuda",))
+    assert len(seeds) == 8 and all(is_valid(s, small, H200) for s in seeds)
+    assert [s.warp_spec for s in seeds[-2:]] == [0, 0] and all(s.warp_spec != 0 for s in seeds[:-2])
+    assert seeds[:6] == [s for s in candidates(small, H200, 8) if s.warp_spec != 0][:6]
+    assert all(s.warp_spec != 0 for s in model_seeds(8, big, H200, ("cuda",)))
