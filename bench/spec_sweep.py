@@ -34,7 +34,7 @@ SPECS = ";".join(f"backend=triton family=persistent {t} group_m=8" for t in (
     ";backend=triton family=tiled bm=128 bn=128 bk=64 warps=8 stages=4 group_m=8"
     ";backend=triton family=tiled bm=128 bn=256 bk=64 warps=8 stages=3 group_m=8"
     ";backend=cuda family=wgmma bm=128 bn=128 bk=64 warps=12 stages=5 group_m=8"
-    ";backend=cuda family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8")
+    ";backend=cuda family=wgmma bm=128 bn=256 bk=64 warps=12 stages=3 group_m=8")
 BASELINES = ("torch", "cublas-nn", "cublaslt-heuristic", "cublaslt-autotune")
 
 

@@ -1,8 +1,9 @@
 """CUDA C++ templates of the cudal2 CUDA backend and the renderer that fills in a spec's knobs.
 
 `render(spec, layout)` returns one self-contained translation unit: a `#define` preamble with the
-spec's knobs, common.cuh, generated wgmma wrappers (wgmma family only: one inline-asm statement
-with BN/2 accumulator operands, too long to write by hand for three widths), then the family's .cu.
+spec's knobs, common.cuh, for the wgmma family hopper.cuh (its PTX wrappers) and a generated wgmma
+wrapper (one inline-asm statement with BN/2 accumulator operands, too long to write by hand for
+every width), then the family's .cu.
 No #include: NVRTC compiles it with no CUDA headers, so a CPU-only machine needs only the wheel.
 """
 from __future__ import annotations
@@ -65,6 +66,6 @@ def render(spec: KernelSpec, layout: str) -> str:
     head += [f"#define {k} {v}" for k, v in defines(spec, layout).items()]
     parts = ["\n".join(head), _read("common.cuh")]
     if spec.family == "wgmma":
-        parts.append(_wgmma_wrapper(spec.bn))
+        parts += [_read("hopper.cuh"), _wgmma_wrapper(spec.bn)]
     parts.append(_read(f"{spec.family}.cu"))
     return "\n".join(parts)
