@@ -40,18 +40,18 @@ class SeedListError(ValueError):
     pass
 
 
-SEED_KINDS = ("fixed", "auto", "model")
+SEED_KINDS = ("fixed", "auto", "model", "cost")
 
 
 def parse_seed_list(text: str) -> tuple[str, int]:
-    """'none' -> ("fixed", 0); 'fixed:N' / 'auto:N' / 'model:N' -> (kind, N)."""
+    """'none' -> ("fixed", 0); 'fixed:N' / 'auto:N' / 'model:N' / 'cost:N' -> (kind, N)."""
     t = text.strip().lower()
     if t in ("none", "0", ""):
         return "fixed", 0
     kind, _, num = t.partition(":")
     if kind in SEED_KINDS and num.isdigit():
         return kind, int(num)
-    raise SeedListError(f"--seed-list {text!r}: use 'none', 'fixed:N', 'auto:N' or 'model:N' (N >= 0)")
+    raise SeedListError(f"--seed-list {text!r}: use 'none', 'fixed:N', 'auto:N', 'model:N' or 'cost:N' (N >= 0)")
 
 
 def _ctas(spec: KernelSpec, p: Problem) -> int:
@@ -95,16 +95,25 @@ def split_k_variants(p: Problem, device, backends=None) -> list[KernelSpec]:
     return out
 
 
-def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fixed") -> list[KernelSpec]:
+def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fixed",
+               ranker=None) -> list[KernelSpec]:
     """The first evaluations of a shape, known before anything is measured (so they compile ahead).
     fixed: the fixed autotune list's first n. auto: the fixed list with the tiles that fit the shape
     first (of the 377 winners of the first grid search, 4 were seed tiles larger than the shape),
     and on a starved shape (see `starved`) the second half split-K variants that fill the SMs.
     model: on a Hopper card with the cuda backend, half the seeds are the wgmma family's best
     modelled specs (cudal2.tiles: whole waves, split-K where tiles cannot fill the SMs, the deepest
-    ring that fits), the rest as auto; elsewhere the same as auto."""
+    ring that fits), the rest as auto; elsewhere the same as auto. cost: the n best of a pool of
+    candidates by the learned cost model `ranker` (rl/costrank.py; `cudal2 train` makes it)."""
     if n <= 0:
         return []
+    if kind == "cost":
+        if ranker is None:
+            raise SeedListError("--seed-list cost:N needs a cost model (--cost-model PATH)")
+        from .costrank import cost_seeds
+        extra = model_seeds(16, problem, device, backends)
+        extra += split_k_variants(problem, device, backends) if starved(problem, device) else []
+        return cost_seeds(n, problem, device, backends, ranker, extra)
     if kind == "model":
         lead = model_seeds(n - n // 2, problem, device, backends)
         rest = [s for s in seed_specs(n, problem, device, backends, "auto") if s not in lead]

@@ -220,6 +220,13 @@ class Store:
         sql = "SELECT * FROM measurements" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
         return [self._measurement(r) for r in self._db.execute(sql, args)]
 
+    def records(self) -> list[dict]:
+        """Every measurement's key, status and times as plain dicts, without decoding the JSON
+        columns: what the cost model trains on (`cudal2 train`), ~10x faster than measurements()."""
+        cols = ("spec", "problem", "device", "status", "time_us", "best_cublas_us", "ratio")
+        return [dict(zip(cols, r)) for r in self._db.execute(
+            f"SELECT {', '.join(cols)} FROM measurements ORDER BY id")]
+
     def count(self, run_id: int | None = None) -> int:
         if run_id is None:
             return self._db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]

@@ -1,4 +1,4 @@
-"""The `cudal2` command line: check, compare, generate, registry, problems.
+"""The `cudal2` command line: check, compare, generate, train, registry, problems.
 
 Each command lives in its own module (cli/<name>.py) and registers itself on the one typer app here;
 heavy imports (torch, triton, the CUDA bindings) happen inside the commands, so `--help` is quick.
@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from . import check, compare, generate, registry
+from . import check, compare, generate, registry, train
 from .errors import UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -30,7 +30,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
     """cudal2: RL-searched HGEMM kernels for Hopper, judged against cuBLAS by GPU time."""
 
 
-for _mod in (check, compare, generate, registry):
+for _mod in (check, compare, generate, registry, train):
     _mod.register(app)
 
 

@@ -36,35 +36,35 @@ DEFAULT_STORE = f"{RUNS}/generate.sqlite"
 DEFAULT_REGISTRY = f"{RUNS}/registry"
 
 
-def _replay_copy(path: str):
-    """(SQLite path, temp dir or None): a gzip-compressed store (the committed `.db.gz`) is
-    decompressed into a temp dir the caller removes; anything else is used as it is."""
-    import gzip
-    import shutil
-    import tempfile
-    with open(path, "rb") as f:
-        if f.read(2) != b"\x1f\x8b":
-            return path, None
-    tmp = tempfile.TemporaryDirectory(prefix="cudal2-replay-")
-    out = Path(tmp.name) / "replay.sqlite"
+def _replayable(evaluator, problems, replay: str):
+    """(shapes the replay store has measurements of, the texts of those it has none of). A shape
+    without rows would be "searched" with every proposal unanswered and reported as nothing filed;
+    none at all is a user error (exit 2), some are warned about here and fail the run at the end."""
+    have = set(evaluator.table)
+    absent = [p.text for p in problems if p.text not in have]
+    if len(absent) == len(problems):
+        raise ValueError(f"--replay {replay}: none of the {len(problems)} shapes asked for is in the store (it "
+                         f"holds {len(have)} shapes of {evaluator.device_key}, e.g. {', '.join(sorted(have)[:2])})")
+    if absent:
+        typer.echo(f"warning: --replay {replay}: {len(absent)} of {len(problems)} shapes are not in the store "
+                   f"and will not be searched ({', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''})", err=True)
+    return [p for p in problems if p.text in have], absent
+
+
+def _cost_model(path, seed_kind: str):
+    """The model of --cost-model (None without one); --seed-list cost:N and --cost-model go together."""
+    from .errors import fail
+    if seed_kind == "cost" and not path:
+        fail("--seed-list cost:N needs --cost-model PATH (train one: cudal2 train --store STORE --out PATH)")
+    if path and seed_kind != "cost":
+        fail("--cost-model ranks the seeds of --seed-list cost:N; give that too")
+    if not path:
+        return None
+    from ..rl.costmodel import CostModel
     try:
-        with gzip.open(path, "rb") as src, open(out, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    except (OSError, EOFError) as e:
-        tmp.cleanup()
-        raise ValueError(f"--replay {path}: not a readable gzip file ({e})") from None
-    return str(out), tmp
-
-
-def _replay_device(store, device_key: str):
-    """DeviceInfo for masks and policy features: the one a GPU run recorded, else the arch's limits."""
-    from ..device import DeviceInfo
-    from ..registry import target_for_key
-    for run in reversed(store.runs()):
-        info = run["config"].get("device_info") if isinstance(run["config"], dict) else None
-        if info and info.get("key") == device_key:
-            return DeviceInfo.from_dict(info)
-    return target_for_key(device_key)
+        return CostModel.load(path)
+    except ValueError as e:
+        fail(f"--cost-model {e}")
 
 
 def _make_policy(spec: str, seed: int):
@@ -98,7 +98,11 @@ def generate_cmd(
     seed_list: str = typer.Option(
         "fixed:8", "--seed-list", help="evaluate first, per shape: fixed:N (the fixed autotune list's first N), "
         "auto:N (the same, with split-K seeds where the tiles cannot fill the SMs and K is deep), "
-        "model:N (half from the Hopper wgmma family's cost model, cudal2.tiles, the rest as auto) or none"),
+        "model:N (half from the Hopper wgmma family's cost model, cudal2.tiles, the rest as auto), "
+        "cost:N (the best N of a pool of ~1000 candidates by the learned model of --cost-model) or none"),
+    cost_model: Optional[str] = typer.Option(
+        None, "--cost-model", help="a model from `cudal2 train` (for --seed-list cost:N): ranks each shape's "
+        "candidate pool on the CPU before any GPU time"),
     screen_ms: float = typer.Option(10.0, "--screen-ms", help="timing per function in the screen of each proposal (ms)"),
     full_ms: float = typer.Option(100.0, "--full-ms", help="timing per function in the full re-check (ms)"),
     screen_max_calls: Optional[int] = typer.Option(
@@ -146,6 +150,7 @@ def generate_cmd(
         fail(str(e))
     if time_limit is not None and time_limit <= 0:
         fail(f"--time-limit must be > 0 seconds (got {time_limit})")
+    ranker = _cost_model(cost_model, seed_kind)
     from .compare import parse_baselines
     from .errors import UserError
     try:
@@ -181,17 +186,20 @@ def generate_cmd(
     from ..device import gpu_available
     from ..store import Store, StoreError
     evaluator = replay_tmp = None
+    absent: list = []
     try:
         if replay:
             if not Path(replay).is_file():
                 fail(f"--replay {replay}: no such store")
             from ..rl.replay import ReplayEvaluator
-            replay_db, replay_tmp = _replay_copy(replay)
+            from .stores import replay_device, sqlite_copy
+            replay_db, replay_tmp = sqlite_copy(replay)
             src = Store(replay_db)
             evaluator = ReplayEvaluator(src)
             device_key = evaluator.device_key
-            device = _replay_device(src, device_key)
+            device = replay_device(src, device_key)
             versions = {"replay": str(replay)}
+            problems, absent = _replayable(evaluator, problems, replay)
         else:
             if not gpu_available() and not cluster:
                 fail("no CUDA GPU visible: run on a GPU machine, --cluster ray[:ADDR], "
@@ -208,6 +216,9 @@ def generate_cmd(
             device = evaluator.device
             device_key = device.key
             versions = dict(getattr(evaluator, "versions", {}) or {})
+        if ranker is not None and ranker.device_key != device_key:
+            fail(f"--cost-model {cost_model} was trained on {ranker.device_key} measurements; this run is on "
+                 f"{device_key}")
         store = Store(store_path)
         pol = _make_policy(policy, seed)
     except (StoreError, ValueError, OSError) as e:
@@ -223,7 +234,7 @@ def generate_cmd(
               "resume": resume, "device_info": device.to_dict(), "seed_list": seed_list, "screen_ms": screen_ms,
               "full_ms": full_ms, "screen_max_calls": screen_max_calls, "recheck": recheck_k,
               "time_limit": time_limit, "stride": stride, "file_margin": file_margin,
-              "cublas_margin": cublas_margin, "m_buckets": m_buckets,
+              "cublas_margin": cublas_margin, "m_buckets": m_buckets, "cost_model": cost_model,
               # the baselines best-cublas is formed from, and whether the user named them
               "baselines": None if replay else list(names), "baselines_named": baselines_arg is not None}
     run_id = store.new_run(config, device=device_key, versions=versions)
@@ -237,7 +248,7 @@ def generate_cmd(
     opts = {"budget": budget, "group": group, "backends": _BACKENDS[backend], "seed": seed, "resume": resume,
             "registry": registry, "n_seed": n_seed, "seed_kind": seed_kind, "recheck": recheck_k, "deadline": deadline,
             "file_margin": file_margin, "baselines": None if replay else list(names),
-            "cublas_margin": cublas_margin, "buckets": bucket_floors(problems) if m_buckets else {}}
+            "cublas_margin": cublas_margin, "buckets": bucket_floors(problems) if m_buckets else {}, "ranker": ranker}
     from ..evaluate.procs import EvaluatorError
     try:
         results, left = _search(pol, shared, device, device_key, store, run_id, problems, opts)
@@ -256,6 +267,9 @@ def generate_cmd(
     if left:
         typer.echo(f"stopped at the time limit: {left} of {len(problems)} shapes not finished; "
                    "run the same command with --resume to go on")
+    if absent:      # searched what the store has; a script must still see that the rest was not
+        fail(f"--replay {replay}: {len(absent)} of the shapes asked for are not in the store and were not searched "
+             f"({', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''})", code=1)
 
 
 def _report_compile_errors(problem, ms, store_path: str) -> None:
@@ -303,7 +317,7 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
     if done:
         console.print(f"--resume: {len(problems) - len(todo)} shapes already finished in the store, skipped")
         prog.update(task, completed=len(problems) - len(todo))
-    seeds = lambda p: seed_specs(o["n_seed"], p, device, o["backends"], o["seed_kind"])  # noqa: E731
+    seeds = lambda p: seed_specs(o["n_seed"], p, device, o["backends"], o["seed_kind"], o["ranker"])  # noqa: E731
     left = 0
     nxt = seeds(todo[0]) if todo else []
     with prog:
