@@ -217,8 +217,8 @@ def generate_cmd(
             device_key = device.key
             versions = dict(getattr(evaluator, "versions", {}) or {})
         if ranker is not None and ranker.device_key != device_key:
-            fail(f"--cost-model {cost_model} was trained on {ranker.device_key} measurements; this run is on "
-                 f"{device_key}")
+            raise ValueError(f"--cost-model {cost_model} was trained on {ranker.device_key} measurements; "
+                             f"this run is on {device_key}")
         store = Store(store_path)
         pol = _make_policy(policy, seed)
     except (StoreError, ValueError, OSError) as e:

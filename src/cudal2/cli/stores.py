@@ -18,9 +18,9 @@ def is_gzip(path: str | Path) -> bool:
         return f.read(2) == b"\x1f\x8b"
 
 
-def sqlite_copy(path: str | Path, always: bool = False):
-    """(SQLite path, temp dir or None); the caller cleans the temp dir up. ValueError (one line)
-    for a gzip file that does not decompress."""
+def sqlite_copy(path: str | Path, always: bool = False, option: str = "--replay"):
+    """(SQLite path, temp dir or None); the caller cleans the temp dir up. ValueError (one line,
+    naming the `option` that gave the path) for a gzip file that does not decompress."""
     gz = is_gzip(path)
     if not gz and not always:
         return str(path), None
@@ -35,7 +35,7 @@ def sqlite_copy(path: str | Path, always: bool = False):
     except (OSError, EOFError) as e:
         tmp.cleanup()
         what = "not a readable gzip file" if gz else "cannot be copied"
-        raise ValueError(f"{path}: {what} ({e})") from None
+        raise ValueError(f"{option} {path}: {what} ({e})") from None
     return str(out), tmp
 
 

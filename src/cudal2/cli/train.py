@@ -77,7 +77,7 @@ def _store_records(path: Path) -> tuple[list[dict], dict]:
     from .errors import UserError
     from .stores import replay_device, sqlite_copy
     try:
-        db, tmp = sqlite_copy(path, always=True)
+        db, tmp = sqlite_copy(path, always=True, option="--store")
     except ValueError as e:
         raise UserError(str(e)) from None
     try:

@@ -1,0 +1,164 @@
+"""`cudal2 train` (its figures, checkpoint and one-line errors), `generate --seed-list cost:N
+--cost-model` end to end on the stub clock, and --replay over shapes the store does not hold."""
+import gzip
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from cudal2.cli import app
+from cudal2.device import DeviceInfo
+from cudal2.measurement import Measurement
+from cudal2.problems import Problem
+from cudal2.rl.costmodel import CostModel
+from cudal2.rl.staged import seed_specs
+from cudal2.store import Store
+from cudal2.testing.fake_evaluator import FakeEvaluator
+from cudal2.testing.stub_clocks import StubClock
+
+from test_cost_model import HELD, TRAIN, stub_table
+
+HOPPER = DeviceInfo.target("sm_90a")
+
+
+def run(*args):
+    r = CliRunner().invoke(app, [*map(str, args)])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r
+
+
+def one_line_error(r, code=2):
+    """The error is one line, the last on stderr (progress lines such as `read PATH` may precede it)."""
+    assert r.exit_code == code, r.output
+    lines = r.stderr.strip().splitlines()
+    assert [ln for ln in lines if ln.startswith("error: ")] == lines[-1:], r.stderr
+    assert "Traceback" not in r.output
+    return lines[-1]
+
+
+@pytest.fixture(scope="module")
+def stub_store(tmp_path_factory):
+    """The planted stub table (test_cost_model.stub_table) as a gzip store, as the grid's is committed."""
+    d = tmp_path_factory.mktemp("train")
+    with Store(d / "t.db") as st:
+        st.add(stub_table(TRAIN + HELD), run_id=st.new_run({"stub": True}))
+    with open(d / "t.db", "rb") as src, gzip.open(d / "t.db.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return d / "t.db.gz"
+
+
+@pytest.fixture(scope="module")
+def model_path(stub_store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("model") / "cost.pt"
+    held = ",".join(p.text for p in HELD)
+    r = run("train", "--store", stub_store, "--out", out, "--holdout-shapes", held, "--epochs", 200,
+            "--hidden", 32, "--members", 2)
+    assert r.exit_code == 0, r.output
+    return out, r
+
+
+def test_train_reports_held_out_figures_and_saves_the_validated_model(model_path):
+    out, r = model_path
+    assert "rows: 606 over 18 shapes of sm90a" in r.stderr and "holding out 6 (185 rows)" in r.stderr
+    assert "epoch 200/200" in r.stderr and f"saved {out}" in r.stderr
+    m = CostModel.load(out)
+    v = m.info["validation"]
+    assert m.device_key == "sm90a" and sorted(m.info["holdout_shapes"]) == sorted(p.text for p in HELD)
+    assert not set(m.info["train_shapes"]) & set(m.info["holdout_shapes"])
+    # The same planted table as test_cost_model's: held-out rho 0.93 / top1 0.95 measured there.
+    assert v["cost model"]["shapes"] == 6 and v["cost model"]["rho"] >= 0.8
+    assert v["cost model"]["top1"] - v["random"]["top1"] >= 0.2
+    assert v["cost model"]["rho"] - v["untrained"]["rho"] >= 0.5
+    line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("cost model"))
+    assert f"top1 {v['cost model']['top1']:.3f}" in line
+
+
+def test_train_errors_are_one_line(stub_store, tmp_path):
+    out = tmp_path / "m.pt"
+    assert "no such file" in one_line_error(run("train", "--store", tmp_path / "nope.db", "--out", out))
+    assert "is a directory" in one_line_error(run("train", "--store", stub_store, "--out", tmp_path))
+    assert "--holdout must be" in one_line_error(run("train", "--store", stub_store, "--out", out, "--holdout", 1))
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not sqlite at all" * 100)
+    assert "not a cudal2 store" in one_line_error(run("train", "--store", junk, "--out", out))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("shape,spec\n64x64x64,backend=triton\n")
+    assert "without the columns layout, status, us" in one_line_error(run("train", "--store", bad, "--out", out))
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text("shape,layout,spec,status,us,best_cublas_us\n"
+                     "64x64x64,nn,backend=triton family=tiled bm=64 bn=64 bk=64 warps=4 stages=4,ok,5.0,4.0\n")
+    assert "name it with --device" in one_line_error(run("train", "--store", sweep, "--out", out))
+    assert "too few to train on" in one_line_error(run("train", "--store", sweep, "--out", out, "--device", "sm90a"))
+    assert "the stores hold sm90a" in one_line_error(run("train", "--store", stub_store, "--out", out,
+                                                          "--device", "a100-sm80"))
+    two = tmp_path / "two.db"
+    with Store(two) as st:
+        st.add([Measurement(spec="backend=triton family=tiled", problem="64x64x64:nn", device=d, status="ok",
+                            time_us=5.0, best_cublas_us=5.0) for d in ("h100-sm90", "h200-sm90")])
+    assert "name one with --device" in one_line_error(run("train", "--store", two, "--out", out))
+    assert not out.exists()
+
+
+def test_generate_ranks_seeds_by_the_cost_model_end_to_end(model_path, monkeypatch, tmp_path):
+    """The ranking path with the stubbed clock: generate's screen starts with exactly the model's
+    four seeds, and on a held-out small shape they beat the fixed list's first four."""
+    path, _ = model_path
+    made = []
+
+    def make(cluster=None, **kw):
+        made.append(FakeEvaluator(StubClock(), HOPPER, early_stop=None, device_key=None))
+        return made[-1]
+    monkeypatch.setattr("cudal2.evaluate.make_evaluator", make)
+    monkeypatch.setattr("cudal2.device.gpu_available", lambda: True)
+    p = HELD[2]                  # 200x300x700: small, where the stub favours small mma tiles
+    db = tmp_path / "run.db"
+    r = run("generate", "--shapes", p.shape, "--budget", 8, "--group", 4, "--seed-list", "cost:4",
+            "--cost-model", path, "--store", db, "--registry", tmp_path / "reg", "--backend", "both")
+    assert r.exit_code == 0, r.output
+    with Store(db) as st:
+        screen = [m for m in st.measurements(problem=p.text) if m.meta["profile"]["name"] == "screen"]
+        config = st.runs()[-1]["config"]
+    want = seed_specs(4, p, HOPPER, ("triton", "cuda"), "cost", CostModel.load(path))
+    assert [m.spec for m in screen[:4]] == [s.text for s in want]
+    assert config["cost_model"] == str(path) and config["seed_list"] == "cost:4"
+    clock = StubClock()
+    fixed = seed_specs(4, p, HOPPER, ("triton", "cuda"), "fixed")
+    # Measured: 2.86 us against 4.62 us for the fixed list's best (StubClock, 2026-12-03).
+    assert min(m.time_us for m in screen[:4] if m.time_us) < 0.8 * min(clock(s, p) for s in fixed)
+
+
+def test_generate_cost_model_errors(model_path, stub_store, tmp_path):
+    path, _ = model_path
+    base = ["generate", "--replay", stub_store, "--shapes", HELD[0].text, "--store", tmp_path / "r.db",
+            "--registry", tmp_path / "reg"]
+    assert "needs --cost-model" in one_line_error(run(*base, "--seed-list", "cost:4"))
+    assert "give that too" in one_line_error(run(*base, "--seed-list", "auto:4", "--cost-model", path))
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"\x00" * 64)
+    assert "not a cost model" in one_line_error(run(*base, "--seed-list", "cost:4", "--cost-model", junk))
+    other = CostModel.load(path)
+    other.device_key = "h200-sm90"
+    other.save(tmp_path / "h200.pt")
+    err = one_line_error(run(*base, "--seed-list", "cost:4", "--cost-model", tmp_path / "h200.pt"))
+    assert "trained on h200-sm90 measurements; this run is on sm90a" in err
+
+
+def test_replay_over_absent_shapes_fails_instead_of_filing_nothing(stub_store, tmp_path):
+    base = ["generate", "--replay", stub_store, "--budget", 4, "--group", 4, "--seed-list", "fixed:2",
+            "--store", tmp_path / "r.db", "--registry", tmp_path / "reg"]
+    absent = Problem(777, 555, 333)
+    err = one_line_error(run(*base, "--shapes", absent.shape))
+    assert "none of the 1 shapes asked for is in the store" in err and "18 shapes of sm90a" in err
+    # nt of a stored nn shape is another shape: absent too.
+    assert "none of the 1" in one_line_error(run(*base, "--shapes", f"{TRAIN[0].shape}:nt"))
+    # Some present: those are searched, the rest warned about, and the run fails at the end.
+    r = run(*base, "--shapes", f"{TRAIN[0].shape},{absent.shape}")
+    assert r.exit_code == 1, r.output
+    err = r.stderr.strip().splitlines()
+    assert err[0] == (f"warning: --replay {stub_store}: 1 of 2 shapes are not in the store and will not be "
+                      f"searched ({absent.text})")
+    assert err[-1].startswith("error: ") and "1 of the shapes asked for are not in the store" in err[-1]
+    assert "nothing filed" not in r.output
+    with Store(tmp_path / "r.db") as st:
+        assert set(st.shapes()) == {TRAIN[0].text}
