@@ -9,7 +9,7 @@ The rule, applied to README.md's fenced blocks:
 - The commands run in a temp directory, so what they write (runs/, exports) lands there; it holds
   a link to the checkout's bench/ (the committed store the replay reads) and a small decoder
   config.json for `cudal2 problems --hf-config config.json`.
-Each must exit 0 with no traceback. Together about 40-80 s on 2 cores (the replay is most of it).
+Each must exit 0 with no traceback. Together about 90-120 s on 2 cores (the two replays and `cudal2 train` are most of it).
 """
 import json
 import os
@@ -75,13 +75,18 @@ def test_cli_examples_run(workdir):
         assert r.returncode == 0, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
         assert "Traceback" not in r.stdout + r.stderr, cmd
         ran.append((cmd, r.stdout))
-        if "--replay" in cmd:
+        if "--replay" in cmd and "--cost-model" not in cmd:
             replay_err = r.stderr
     outs = dict(ran)
-    assert len(ran) == 10
+    assert len(ran) == 12
     interp = next(o for c, o in ran if "--interpret" in c)
     assert interp.count("PASS") == 6
     replay = next(o for c, o in ran if "--replay" in c)
+    # cudal2 train on the committed stores: its held-out figure, then the replay seeded by the model.
+    trained = next(o for c, o in ran if c.startswith("cudal2 train"))
+    assert "held-out validation over 226 shapes" in trained and "cost model  top1 0.9" in trained
+    assert (workdir / "runs" / "cost.pt").is_file()
+    assert "5 shapes," in next(o for c, o in ran if "--cost-model" in c)
     assert "5 shapes," in replay and "evaluations replayed from the store" in replay
     # The progress line counts the shapes whose kernel beat best-cuBLAS in the full pass (it said 0
     # beside rows of 1.03-1.11x when the registry kept a faster entry).
