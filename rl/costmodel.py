@@ -84,9 +84,10 @@ class CostModel(nn.Module):
     def __init__(self, n_in: int = len(NAMES), hidden: int = 64, layers: int = 2, members: int = 4,
                  seed: int = 0, device_key: str = "", sms: int = DEFAULT_SMS):
         super().__init__()
-        torch.manual_seed(seed)
         self.hparams = {"n_in": n_in, "hidden": hidden, "layers": layers, "members": members, "seed": seed}
-        self.nets = nn.ModuleList(_mlp(n_in, hidden, layers) for _ in range(members))
+        with torch.random.fork_rng(devices=[]):     # seeded initialisation without touching the caller's RNG
+            torch.manual_seed(seed)
+            self.nets = nn.ModuleList(_mlp(n_in, hidden, layers) for _ in range(members))
         self.register_buffer("mean", torch.zeros(n_in))
         self.register_buffer("std", torch.ones(n_in))
         self.device_key, self.sms = device_key, int(sms)
@@ -136,7 +137,9 @@ class CostModel(nn.Module):
     def load(cls, path: str | Path) -> "CostModel":
         """Raises ValueError (one line) for a file that is not a cost model of this feature set."""
         try:
-            d = torch.load(str(path), map_location="cpu", weights_only=False)
+            # weights_only: a checkpoint holds tensors and plain values only, so nothing in a file
+            # someone hands over is unpickled as code.
+            d = torch.load(str(path), map_location="cpu", weights_only=True)
         except FileNotFoundError:
             raise ValueError(f"{path}: no such cost model") from None
         except Exception as e:      # torch raises several types for a file that is not a checkpoint

@@ -184,6 +184,8 @@ def _train(sources, devices, key, out, holdout, held, epochs, hidden, members, s
         fail(f"{len(train)} usable rows over {len(by_shape(train))} shapes of {key}: too few to train on")
     if held is not None and not val:
         _say("note: none of the --holdout-shapes is in the stores: no validation figure")
+    elif not val:
+        _say("note: no shape held out (--holdout 0 or too few shapes): no validation figure")
     _say(f"rows: {len(rows)} over {len(by_shape(rows))} shapes of {key} ({sms} SMs); training on "
          f"{len(by_shape(train))} shapes ({len(train)} rows), holding out {len(by_shape(val))} ({len(val)} rows)")
     model = CostModel(hidden=hidden, members=members, seed=seed, device_key=key, sms=sms)
