@@ -67,10 +67,19 @@ def _cost_model(path, seed_kind: str):
         fail(f"--cost-model {e}")
 
 
-def _make_policy(spec: str, seed: int):
+def _make_policy(spec: str, seed: int, init: str | None = None):
+    if init and spec != "default":
+        raise ValueError("--init-policy starts the default policy; --policy hf:PATH loads its own weights")
     if spec == "default":
         from ..rl.policy import SpecPolicy
-        return SpecPolicy(seed=seed)
+        if not init:
+            return SpecPolicy(seed=seed)
+        if not Path(init).is_file():
+            raise ValueError(f"--init-policy {init}: no such file")
+        try:
+            return SpecPolicy.load(init)
+        except Exception as e:      # torch raises several types for a file that is not a checkpoint
+            raise ValueError(f"--init-policy {init}: not a policy checkpoint ({type(e).__name__})") from None
     if spec.startswith("hf:"):
         from ..rl.hf_policy import HFPolicy
         return HFPolicy.load(spec[3:], seed=seed)
@@ -100,6 +109,9 @@ def generate_cmd(
         "auto:N (the same, with split-K seeds where the tiles cannot fill the SMs and K is deep), "
         "model:N (half from the Hopper wgmma family's cost model, cudal2.tiles, the rest as auto), "
         "cost:N (the best N of a pool of ~1000 candidates by the learned model of --cost-model) or none"),
+    init_policy: Optional[str] = typer.Option(
+        None, "--init-policy", help="start the default policy from this checkpoint (cudal2 train --policy-out: "
+        "pretrained on stored measurements) instead of fresh weights; --resume's checkpoint still wins"),
     cost_model: Optional[str] = typer.Option(
         None, "--cost-model", help="a model from `cudal2 train` (for --seed-list cost:N): ranks each shape's "
         "candidate pool on the CPU before any GPU time"),
@@ -220,7 +232,7 @@ def generate_cmd(
             raise ValueError(f"--cost-model {cost_model} was trained on {ranker.device_key} measurements; "
                              f"this run is on {device_key}")
         store = Store(store_path)
-        pol = _make_policy(policy, seed)
+        pol = _make_policy(policy, seed, init_policy)
     except (StoreError, ValueError, OSError) as e:
         if evaluator is not None:
             evaluator.close()
@@ -235,6 +247,7 @@ def generate_cmd(
               "full_ms": full_ms, "screen_max_calls": screen_max_calls, "recheck": recheck_k,
               "time_limit": time_limit, "stride": stride, "file_margin": file_margin,
               "cublas_margin": cublas_margin, "m_buckets": m_buckets, "cost_model": cost_model,
+              "init_policy": init_policy,
               # the baselines best-cublas is formed from, and whether the user named them
               "baselines": None if replay else list(names), "baselines_named": baselines_arg is not None}
     run_id = store.new_run(config, device=device_key, versions=versions)

@@ -148,6 +148,10 @@ def train_cmd(
     hidden: int = typer.Option(64, "--hidden", help="width of each MLP's two hidden layers"),
     members: int = typer.Option(4, "--members", help="MLPs in the ensemble (ranking uses mean - spread)"),
     seed: int = typer.Option(0, "--seed", help="seed of the initialisation, bootstrap and hash split"),
+    policy_out: Optional[str] = typer.Option(
+        None, "--policy-out", help="also pretrain the default policy on the same training shapes "
+        "(reward-weighted likelihood, rl/pretrain.py) and save it here, for generate --init-policy"),
+    policy_epochs: int = typer.Option(5, "--policy-epochs", help="passes over the shapes for --policy-out"),
 ) -> None:
     """Train the cost model (log speedup over best-cublas from shape + spec) on stored measurements."""
     from .errors import UserError, fail
@@ -155,8 +159,11 @@ def train_cmd(
         fail(f"--holdout must be in [0, 1) (a fraction of the shapes), got {holdout}")
     if epochs < 1 or hidden < 1 or members < 1:
         fail(f"--epochs, --hidden and --members must be >= 1 (got {epochs}, {hidden}, {members})")
-    if Path(out).is_dir():
-        fail(f"--out {out} is a directory: name the checkpoint file, e.g. {Path(out) / 'cost.pt'}")
+    for opt, path in (("--out", out), ("--policy-out", policy_out)):
+        if path and Path(path).is_dir():
+            fail(f"{opt} {path} is a directory: name the checkpoint file, e.g. {Path(path) / 'cost.pt'}")
+    if policy_epochs < 1:
+        fail(f"--policy-epochs must be >= 1 (got {policy_epochs})")
     from ..problems import ProblemError, parse_shapes
     try:
         held = None if holdout_shapes is None else {p.text for p in parse_shapes(holdout_shapes)}
@@ -165,7 +172,9 @@ def train_cmd(
     except (UserError, ProblemError) as e:
         fail(str(e))
         return
-    _train(sources, devices, key, out, holdout, held, epochs, hidden, members, seed)
+    train, val, info = _train(sources, devices, key, out, holdout, held, epochs, hidden, members, seed)
+    if policy_out:
+        _pretrain_policy(train, val, info, key, policy_out, policy_epochs, seed)
 
 
 def _train(sources, devices, key, out, holdout, held, epochs, hidden, members, seed) -> None:
@@ -199,6 +208,7 @@ def _train(sources, devices, key, out, holdout, held, epochs, hidden, members, s
                   "validation": figs, "epochs": epochs, "ts": time.time()}
     model.save(out)
     _say(f"saved {out} ({time.monotonic() - t0:.0f} s)")
+    return train, val, info
 
 
 def _validate(model, untrained, val, info, sms) -> dict:
@@ -218,6 +228,30 @@ def _validate(model, untrained, val, info, sms) -> dict:
     for name, f in figs.items():
         typer.echo(f"  {name:<11} top1 {f['top1']:.3f}  rho {f['rho']:+.3f}")
     return figs
+
+
+def _pretrain_policy(train, val, info, key, out, epochs, seed) -> None:
+    """The default policy trained by reward-weighted likelihood on the training shapes; its
+    held-out figure ranks the held-out rows by the policy's log-probability, before and after."""
+    from ..registry import target_for_key
+    from ..rl.costtrain import figures
+    from ..rl.policy import SpecPolicy
+    from ..rl.pretrain import policy_scorer, pretrain
+    t0 = time.monotonic()
+    dev = info if info is not None else target_for_key(key)
+    pol = SpecPolicy(seed=seed)
+    before = figures(val, policy_scorer(pol, dev)) if val else None
+    used = pretrain(pol, train, dev, epochs=epochs, seed=seed, report=lambda ep, loss: _say(
+        f"policy epoch {ep}/{epochs}: loss {loss:.3f} ({time.monotonic() - t0:.0f} s)"))
+    if not used:
+        _say("note: no training shape has two specs valid under today's rules: the policy is untrained")
+    if before and before["shapes"]:
+        after = figures(val, policy_scorer(pol, dev))
+        typer.echo(f"policy by likelihood on the held-out shapes: top1 {before['top1']:.3f} -> {after['top1']:.3f}, "
+                   f"rho {before['rho']:+.3f} -> {after['rho']:+.3f}")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    pol.save(out)
+    _say(f"saved policy {out} ({used} rows; {time.monotonic() - t0:.0f} s)")
 
 
 def register(app) -> None:
