@@ -10,6 +10,9 @@
   search     the search loop and the random / fixed-list baselines
   shared_eval one evaluator shared by several methods, with per-method accounting
   staged     `cudal2 generate`'s per-shape search: seeds, groups, the screen and the full re-check
+  costmodel  the learned cost model (log speedup from shape + spec features); costtrain: its rows,
+             shape split, training and held-out figures; costrank: `--seed-list cost:N`'s pool and pick
+  pretrain   the default policy trained offline on stored rows (reward-weighted likelihood)
 (The search-efficiency study of issue 5 is bench/efficiency.py.)
 May import: spec, problems, device, measurement (an evaluator and a store are handed in); never
 registry, ops or cli, which sit above it.
