@@ -63,9 +63,12 @@ def _compile(args):
         return text, layout, (str(e).splitlines() or [type(e).__name__])[0][:200]
 
 
-def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite: int = 0) -> dict:
-    """Per problem: the cost model's candidates, the first `clusters` of them again on a 2-CTA
-    cluster (where valid), then the extra specs valid there."""
+def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite: int = 0,
+         cost_model=None, n_cost: int = 0) -> dict:
+    """Per problem {spec text: where it came from}: the wave model's candidates ("wave", lite ones
+    included), the first `clusters` of them again on a 2-CTA cluster ("cluster"), the learned cost
+    model's best `n_cost` CUDA specs of its pool (rl/costrank.py; "cost"), then the extra specs
+    valid there ("extra"). A spec two sources name keeps the first."""
     import dataclasses
 
     from cudal2.spec import KernelSpec, is_valid
@@ -73,15 +76,19 @@ def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite:
     out = {}
     for p in problems:
         cands = candidates(p, dev, n_cands, lite=lite)
-        specs = [s.text for s in cands]
+        specs = {s.text: "wave" for s in cands}
         for s in cands[:clusters]:
             c = dataclasses.replace(s, cluster=2)
-            if is_valid(c, p, dev) and c.text not in specs:
-                specs.append(c.text)
+            if is_valid(c, p, dev):
+                specs.setdefault(c.text, "cluster")
+        if cost_model is not None and n_cost > 0:
+            from cudal2.rl.costrank import cost_seeds
+            for s in cost_seeds(n_cost, p, dev, ("cuda",), cost_model, extra=cands):
+                specs.setdefault(s.text, "cost")
         for t in extra:
             s = KernelSpec.parse(t)
-            if is_valid(s, p, dev) and s.text not in specs:
-                specs.append(s.text)
+            if is_valid(s, p, dev):
+                specs.setdefault(s.text, "extra")
         out[p] = specs
     return out
 
@@ -128,16 +135,17 @@ def sweep_shape(p, specs, dev, min_ms: float, compile_errors: dict) -> list[dict
                      "us": round(s.median_us, 3) if s else None, "spread": round(s.spread, 4) if s else None,
                      "vs_best_cublas": round(base_us / s.median_us, 4) if s else None,
                      "tflops": round(p.flops / s.median_us / 1e6, 1) if s else None,
-                     "cluster_ctas": ctas.get(text),
+                     "cluster_ctas": ctas.get(text), "from": specs.get(text) if isinstance(specs, dict) else None,
                      "baselines_missing": ";".join(f"{n}: {r}" for n, r in reasons.items())})
     return rows
 
 
-def summarize(rows: list[dict]) -> dict:
-    """Per (class, layout): the best spec per shape vs best-cublas, geomean / worst / wins."""
+def summarize(rows: list[dict], source: str | None = None) -> dict:
+    """Per (class, layout): the best spec per shape vs best-cublas, geomean / worst / wins; with
+    `source`, over the specs that source proposed only (the row's "from")."""
     best: dict = {}
     for r in rows:
-        if r["vs_best_cublas"]:
+        if r["vs_best_cublas"] and (source is None or r.get("from") == source):
             key = (r["class"], r["layout"], r["shape"])
             best[key] = max(best.get(key, 0.0), r["vs_best_cublas"])
     groups: dict = {}
@@ -159,6 +167,8 @@ def main() -> int:
     ap.add_argument("--extra", default="", help="';'-separated spec texts tried where valid")
     ap.add_argument("--clusters", type=int, default=0, help="also try the first N candidates on a 2-CTA cluster")
     ap.add_argument("--lite", type=int, default=0, help="also try the lite schedule (warp_spec 0) of the N best tiles")
+    ap.add_argument("--cost-model", default="", help="a `cudal2 train` checkpoint: also time its best --n-cost specs")
+    ap.add_argument("--n-cost", type=int, default=4, help="the cost model's specs per shape (with --cost-model)")
     ap.add_argument("--min-ms", type=float, default=10.0, help="offline timing per function, at least")
     ap.add_argument("--time-limit", type=float, default=400.0, help="start no shape after this many seconds")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="compile processes")
@@ -177,8 +187,12 @@ def main() -> int:
     layouts = args.layouts.split(",")
     problems = ([q.with_layout(l) for l in layouts for q in parse_shapes(args.shapes)] if args.shapes
                 else pick_shapes(args.classes.split(","), args.per_class, layouts))
+    model = None
+    if args.cost_model:
+        from cudal2.rl.costmodel import CostModel
+        model = CostModel.load(args.cost_model)
     specs = plan(problems, dev, args.n_cands, [t for t in args.extra.split(";") if t.strip()], args.clusters,
-                 args.lite)
+                 args.lite, model, args.n_cost)
     jobs = {(t, p.layout): (t, p.shape, p.layout, dev.to_dict()) for p in problems for t in specs[p]}
     errors = {}
     with ProcessPoolExecutor(args.jobs) as ex:
@@ -204,7 +218,9 @@ def main() -> int:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
-        (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(rows)}, indent=1))
+        by_source = {src: summarize(rows, src) for src in sorted({r["from"] for r in rows if r["from"]})}
+        (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(rows), "by_source": by_source},
+                                                    indent=1))
     for g, s in summarize(rows).items():
         print(f"{g:14s} {s['shapes']:3d} shapes  geomean {s['geomean']:.3f}x  worst {s['worst']:.3f}x  "
               f"best {s['best']:.3f}x  wins {s['wins']}")

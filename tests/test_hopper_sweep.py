@@ -36,3 +36,31 @@ def test_summary_takes_the_best_spec_per_shape():
     assert s["shortK/nn"] == {"shapes": 2, "geomean": round((1.1 * 0.8) ** 0.5, 4), "worst": 0.8,
                               "best": 1.1, "wins": 1}
     assert s["shortK/nt"]["shapes"] == 1 and s["shortK/nt"]["wins"] == 1
+
+
+def test_plan_names_each_specs_source_and_summarizes_per_source():
+    """--cost-model adds the ranker's best CUDA specs of its pool beside the wave model's, each row
+    saying which proposed it, so one run compares the two rankings on the same clock."""
+    import dataclasses
+
+    from cudal2.device import DeviceInfo
+    from cudal2.spec import is_valid
+    from cudal2.tiles import candidates
+    dev = dataclasses.replace(DeviceInfo.target("sm_90a"), sm_count=132)
+
+    class Ranker:          # a stand-in for rl.costmodel.CostModel: prefers the smallest tiles
+        def rank(self, problem, specs):
+            return sorted(specs, key=lambda s: (s.bm * s.bn, s.text))
+
+    p = Problem(256, 512, 2048, "nt")
+    got = hs.plan([p], dev, 4, [], lite=1, cost_model=Ranker(), n_cost=3)[p]
+    wave = [s.text for s in candidates(p, dev, 4, lite=1)]
+    assert list(got)[: len(wave)] == wave and all(got[t] == "wave" for t in wave)
+    cost = [t for t, src in got.items() if src == "cost"]
+    assert 1 <= len(cost) <= 3 and all(t not in wave for t in cost)
+    from cudal2.spec import KernelSpec
+    assert all(KernelSpec.parse(t).backend == "cuda" and is_valid(KernelSpec.parse(t), p, dev) for t in cost)
+    rows = [{"class": "small", "layout": "nt", "shape": "a", "vs_best_cublas": 0.9, "from": "wave"},
+            {"class": "small", "layout": "nt", "shape": "a", "vs_best_cublas": 1.2, "from": "cost"}]
+    assert hs.summarize(rows, "wave")["small/nt"]["best"] == 0.9
+    assert hs.summarize(rows, "cost")["small/nt"]["best"] == 1.2 and hs.summarize(rows)["small/nt"]["wins"] == 1
