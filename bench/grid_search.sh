@@ -41,6 +41,10 @@ stage=$1
 limit=$2
 seeds=${3:-auto:4}
 cap=${4:-300}
+# SEEDS cost:N ranks each shape's pool with the learned cost model (issue 21): the committed one
+# unless COST_MODEL names another `cudal2 train` checkpoint.
+costopt=()
+case "$seeds" in cost:*) costopt=(--cost-model "${COST_MODEL:-bench/results/h200-sm90/costmodel/cost_h200_900f8a5.pt}") ;; esac
 # One set's search: its shapes, layout, stride (coprime to the set's size) and extra flags. All sets
 # share one store and one registry: the store's search log is keyed by shape and layout, so --resume
 # skips what any earlier call finished, whichever set it was in.
@@ -55,7 +59,7 @@ search_set() {   # search_set SET SECONDS
   n=$(ls "$OUT"/generate_*.log 2>/dev/null | wc -l)
   capopt=(); [ "$cap" != 0 ] && capopt=(--screen-max-calls "$cap")
   timeout $((${lim%.*} + 45)) cudal2 generate --shapes "$shapes" --layout "$layout" --stride "$stride" \
-    --backend both --budget 8 --group 4 --seed-list "$seeds" "${capopt[@]}" --screen-ms 10 --full-ms 30 \
+    --backend both --budget 8 --group 4 --seed-list "$seeds" "${costopt[@]}" "${capopt[@]}" --screen-ms 10 --full-ms 30 \
     --recheck 1 "${extra[@]}" --store run/grid.db --registry run/registry --resume --time-limit "$lim" \
     >"$OUT/generate_$n.log" 2>"$OUT/generate_$n.err"
   local rc=$?
