@@ -3,6 +3,9 @@
   python3 bench/grid_report.py --store run/grid.db --registry run/registry \
       --compare run/compare/compare_grid.json --out bench/results/h200-sm90/grid_search
 
+The compare may be any set's (`cudal2 compare --json` over the model set, grid nt): the report
+covers the compare's problems (shape and layout) of the store and registry, nothing else.
+
 No GPU: it reads what the device runs wrote (bench/grid_search.sh). Writes to --out:
   search_log.csv   one row per searched shape: evaluations (screen + full), failures by reason,
                    evaluator seconds per phase, wall seconds, the screened and the fully checked
@@ -71,16 +74,22 @@ def search_log(store_path: str, device: str) -> list[dict]:
         shapes = st.shapes(device)
         runs = st.runs()
     rows = []
+    rankers = {}   # a cost:N run's seeds need its cost model (the path its config recorded)
     for text, o in shapes.items():
         p = Problem.parse(text)
         cfg = next(r["config"] for r in runs if r["id"] == o["run_id"])
         dev = DeviceInfo.from_dict(cfg["device_info"])
         backends = ("triton", "cuda") if cfg["backend"] == "both" else (cfg["backend"],)
         kind, _ = parse_seed_list(cfg.get("seed_list", "fixed:8"))
-        seeds = {s.text for s in seed_specs(o["seeded"], p, dev, backends, kind)}
+        ranker = None
+        if kind == "cost":
+            from cudal2.rl.costmodel import CostModel
+            path = cfg["cost_model"]
+            ranker = rankers[path] = rankers.get(path) or CostModel.load(path)
+        seeds = {s.text for s in seed_specs(o["seeded"], p, dev, backends, kind, ranker)}
         w = o.get("winner_spec")
         rows.append({
-            "shape": p.shape, "M": p.M, "N": p.N, "K": p.K, "gflop": p.flops / 1e9, "class": flop_class(p.flops),
+            "problem": p.text, "shape": p.shape, "layout": p.layout, "M": p.M, "N": p.N, "K": p.K, "gflop": p.flops / 1e9, "class": flop_class(p.flops),
             "evaluations": o["evaluations"], "full_evaluations": o["full_evaluations"],
             "failures": json.dumps({**o["failures_screen"], **{f"full {k}": v for k, v in o["failures_full"].items()}}),
             "evaluator_s": o["evaluator_s"], **{f"{k}_s": v for k, v in o["phase_s"].items()}, "wall_s": o["wall_s"],
@@ -96,16 +105,28 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", required=True)
     ap.add_argument("--registry", required=True)
-    ap.add_argument("--compare", required=True, help="compare_grid.json of bench/grid_baselines.py --registry")
+    ap.add_argument("--compare", help="compare_grid.json of bench/grid_baselines.py --registry (or cudal2 "
+                    "compare --json); without it, only the search's own view of --shapes/--layout")
+    ap.add_argument("--shapes", help="without --compare: the set (grid | FILE | MxNxK,...)")
+    ap.add_argument("--layout", default="nn", help="without --compare: the set's layout")
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default="h200-sm90")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.compare is None:
+        if not args.shapes:
+            ap.error("give --compare, or --shapes (and --layout) for the search's own view")
+        return search_only(args, out)
 
-    log = search_log(args.store, args.device)
+    cmp = json.loads(Path(args.compare).read_text())
+    rows = cmp["rows"]
+    # One store holds every set (grid nn, grid nt, the model set): the report covers the compare's
+    # problems (shape and layout) and nothing else.
+    compared = {f"{r['shape']}:{r['layout']}" for r in rows}
+    log = [r for r in search_log(args.store, args.device) if r["problem"] in compared]
     if not log:
-        print(f"error: {args.store} has no finished shapes on {args.device}", file=sys.stderr)
+        print(f"error: {args.store} has no finished shapes of {args.compare} on {args.device}", file=sys.stderr)
         return 2
     with (out / "search_log.csv").open("w", newline="") as f:
         cols = list(dict.fromkeys(k for r in log for k in r))
@@ -113,13 +134,11 @@ def main(argv=None) -> int:
         w.writeheader()
         w.writerows(log)
 
-    cmp = json.loads(Path(args.compare).read_text())
-    rows = cmp["rows"]
     gflop = {r["shape"]: r["gflop"] for r in rows}
     names = [n for n in cmp["config"]["baselines"] if any(r.get(f"offline_{n}_median_us") for r in rows)]
     idx = json.loads((Path(args.registry) / "index.json").read_text())
-    entries = idx["devices"][args.device]["entries"]
-    rep: dict = {"device": args.device, "compare_config": cmp["config"], "peak": cmp["peak"],
+    entries = {k: e for k, e in idx["devices"][args.device]["entries"].items() if e["problem"] in compared}
+    rep: dict = {"device": args.device, "layouts": sorted({r["layout"] for r in rows}), "compare_config": cmp["config"], "peak": cmp["peak"],
                  "compare_wall_s": cmp.get("wall_s_total"), "shapes_compared": len(rows),
                  "shapes_searched": len(log), "speedups": {}}
     for mode in MODES:
@@ -127,14 +146,19 @@ def main(argv=None) -> int:
             for b in [None, *names]:
                 label = f"{mode} {how} vs {b or 'best-cublas'}"
                 rep["speedups"][label] = by_class(ratios(rows, mode, b, how), gflop)
+    # The six classes of ../shared/classes.py (cudal2.stats.shape_class), which every target uses.
+    dims = {r["shape"]: (r["M"], r["N"], r["K"]) for r in rows}
+    rep["by_shape_class"] = {
+        f"{mode} dispatched vs {b or 'best-cublas'}": by_shape_class(ratios(rows, mode, b, "dispatched"), dims)
+        for mode in MODES for b in (None, "torch")}
     filed = Counter(e["backend"] for e in entries.values())
     kernel_rows = [r for r in rows if r.get("offline_cudal2_median_us")
                    and not str(r.get("cudal2_via", "kernel")).startswith("cublas")]
     rep["entries"] = dict(filed)
     rep["kernel_beats_best_cublas"] = {m: sum(r.get(f"{m}_cudal2_vs_best", 0) > 1.0 for r in kernel_rows) for m in MODES}
-    backend_of = {e["problem"].split(":")[0]: e["backend"] for e in entries.values() if e["device"] == args.device}
+    backend_of = {e["problem"]: e["backend"] for e in entries.values() if e["device"] == args.device}
     rep["kernel_beats_best_cublas_by_backend"] = {
-        m: dict(Counter(backend_of.get(r["shape"], "?") for r in kernel_rows if r.get(f"{m}_cudal2_vs_best", 0) > 1.0))
+        m: dict(Counter(backend_of.get(f"{r['shape']}:{r['layout']}", "?") for r in kernel_rows if r.get(f"{m}_cudal2_vs_best", 0) > 1.0))
         for m in MODES}
     rep["winner_from"] = dict(Counter(r["winner_from"] for r in log if r["filed"].startswith("filed")
                                       and "cublas" not in r["filed"]))
@@ -169,6 +193,52 @@ def main(argv=None) -> int:
     plot(log, out / "search_vs_cublas.png")
     print(markdown(rep))
     return 0
+
+
+def search_only(args, out: Path) -> int:
+    """A set searched but not yet compared: per class of ../shared/classes.py, the search's best
+    fully checked kernel / best-cublas (its full pass: one run, baselines interleaved) and what was
+    filed. Not cudal2 as dispatched: that figure needs a compare run."""
+    from cudal2.problems import parse_shapes
+    from cudal2.stats import SHAPE_CLASSES, shape_class, summarize
+    want = {p.text for p in parse_shapes(args.shapes, args.layout)}
+    log = [r for r in search_log(args.store, args.device) if r["problem"] in want]
+    if not log:
+        print(f"error: {args.store} has no finished shapes of {args.shapes}:{args.layout}", file=sys.stderr)
+        return 2
+    with (out / "search_log.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in log for k in r)))
+        w.writeheader()
+        w.writerows(log)
+    rep = {"device": args.device, "set": f"{args.shapes}:{args.layout}", "shapes_in_set": len(want),
+           "shapes_searched": len(log), "classes": {}}
+    for cls in ("all", *SHAPE_CLASSES):
+        lg = [r for r in log if cls == "all" or shape_class(r["M"], r["N"], r["K"]) == cls]
+        sp = summarize({r["shape"]: r["search_speedup"] for r in lg if r["search_speedup"]})
+        filed = Counter(r["filed"].split(";")[0].split(" (")[0] for r in lg)
+        rep["classes"][cls] = {"shapes": len(lg), "search_best": sp.to_dict() if sp else None,
+                               "filed": dict(filed),
+                               "best_family": dict(Counter(r["winner_family"] for r in lg if r["winner_family"]))}
+    (out / "report.json").write_text(json.dumps(rep, indent=1, default=str))
+    lines = [f"The search's own view of {rep['set']} ({len(log)} of {len(want)} shapes searched): its best fully "
+             "checked kernel / best-cublas in its full pass (geomean / mean / worst (shapes)), what was filed and "
+             "the best kernel's family. Not cudal2 as dispatched (no compare run).", "",
+             "| class | shapes | search best | filed | best family |", "|---|---|---|---|---|"]
+    for cls, v in rep["classes"].items():
+        lines.append(f"| {cls} | {v['shapes']} | {_fmt(v['search_best'])} | {_counts(v['filed'])} | "
+                     f"{_counts(v['best_family'])} |")
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def by_shape_class(vals: dict[str, float], dims: dict[str, tuple]) -> dict:
+    from cudal2.stats import SHAPE_CLASSES, shape_class, summarize
+    out = {}
+    for cls in SHAPE_CLASSES:
+        v = summarize({k: x for k, x in vals.items() if shape_class(*dims[k]) == cls})
+        out[cls] = v.to_dict() if v else None
+    return out
 
 
 def limits(rows: list[dict], log: list[dict], entries: dict, device: str) -> dict:
@@ -243,12 +313,18 @@ def _counts(c: dict) -> str:
 
 
 def markdown(rep: dict) -> str:
-    lines = [f"Speedup of cudal2's dispatch over each baseline on the {rep['shapes_compared']} searched grid shapes "
-             "(nn), geomean / mean / worst (shapes); one compare run, baselines interleaved.", "",
+    lines = [f"Speedup of cudal2's dispatch over each baseline on the {rep['shapes_compared']} searched shapes "
+             f"({', '.join(rep.get('layouts', ['nn']))}), geomean / mean / worst (shapes); one compare run, baselines interleaved.", "",
              "| mode | counted as | vs | all | <1 GFLOP | 1-100 GFLOP | >100 GFLOP |", "|---|---|---|---|---|---|---|"]
     for label, by in rep["speedups"].items():
         mode, how, _, base = label.split(" ", 3)
         lines.append(f"| {mode} | {how} | {base} | " + " | ".join(_fmt(by.get(c)) for c in ("all", *CLASSES)) + " |")
+    from cudal2.stats import SHAPE_CLASSES
+    lines += ["", "The same, as dispatched, per class of ../shared/classes.py (geomean / mean / worst (shapes)):", "",
+              "| mode | vs | " + " | ".join(SHAPE_CLASSES) + " |", "|---|---|" + "---|" * len(SHAPE_CLASSES)]
+    for label, by in rep.get("by_shape_class", {}).items():
+        mode, _, _, base = label.split(" ", 3)
+        lines.append(f"| {mode} | {base} | " + " | ".join(_fmt(by.get(c)) for c in SHAPE_CLASSES) + " |")
     s = rep["search_best_vs_best_cublas"]
     beats, by_be = rep["kernel_beats_best_cublas"], rep["kernel_beats_best_cublas_by_backend"]
     lines += ["", "The search's best fully checked kernel / best-cublas (its own measurement, every searched shape): "

@@ -20,8 +20,9 @@
 # `carry: [".runpack", ".whl", ".commit"]`; this script unpacks .runpack/run.tgz when run/ has no
 # store. (Carrying run/ unpacked went over the device's 64 MiB tree limit on 2026-12-03: the store
 # is 26 MB, 6 MB packed.)
-# To go on from the committed state (2026-12-03, third session: all 1000 shapes searched and
-# compared; nothing left for nn) in a new session, e.g. to search nt or re-search with new families:
+# To go on from the committed state (2026-12-04: grid nn all 1000 searched and compared; the model
+# set all 224 searched with cost:4 and compared; grid nt 199 of 1000 searched with cost:4, not
+# compared; SET=grid-nt ... cost:4 goes on) in a new session:
 #   G=bench/results/h200-sm90/grid_search; mkdir -p run/compare
 #   gunzip -c $G/grid_store.db.gz >run/grid.db
 #   tar xzf $G/grid_policy_ckpt.tgz                     # run/grid.db.ckpt: the policy

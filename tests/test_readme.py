@@ -97,7 +97,7 @@ def test_cli_examples_run(workdir):
     assert f"kernel beats best-cuBLAS on {wins} " in replay_err
     assert (workdir / "runs" / "registry" / "index.json").is_file()          # outputs under runs/
     assert sorted(os.listdir(workdir)) == ["bench", "config.json", "runs"]    # and nothing else
-    assert "1000 ok, 0 bad" in outs["cudal2 registry verify --render"]
+    assert "1359 ok, 0 bad" in outs["cudal2 registry verify --render"]
     assert (workdir / "runs" / "my-registry" / "index.json").is_file()
     assert "0 entries re-rendered" in outs["cudal2 registry rerender --registry runs/my-registry"]
     probs = outs["cudal2 problems --hf-config config.json --tokens 1,16,128,2048"].split()
