@@ -89,7 +89,8 @@ def search_log(store_path: str, device: str) -> list[dict]:
         seeds = {s.text for s in seed_specs(o["seeded"], p, dev, backends, kind, ranker)}
         w = o.get("winner_spec")
         rows.append({
-            "problem": p.text, "shape": p.shape, "layout": p.layout, "M": p.M, "N": p.N, "K": p.K, "gflop": p.flops / 1e9, "class": flop_class(p.flops),
+            "problem": p.text, "shape": p.shape, "layout": p.layout,
+            "M": p.M, "N": p.N, "K": p.K, "gflop": p.flops / 1e9, "class": flop_class(p.flops),
             "evaluations": o["evaluations"], "full_evaluations": o["full_evaluations"],
             "failures": json.dumps({**o["failures_screen"], **{f"full {k}": v for k, v in o["failures_full"].items()}}),
             "evaluator_s": o["evaluator_s"], **{f"{k}_s": v for k, v in o["phase_s"].items()}, "wall_s": o["wall_s"],
@@ -123,7 +124,7 @@ def main(argv=None) -> int:
     rows = cmp["rows"]
     # One store holds every set (grid nn, grid nt, the model set): the report covers the compare's
     # problems (shape and layout) and nothing else.
-    compared = {f"{r['shape']}:{r['layout']}" for r in rows}
+    compared = {f"{r['shape']}:{r.get('layout', 'nn')}" for r in rows}
     log = [r for r in search_log(args.store, args.device) if r["problem"] in compared]
     if not log:
         print(f"error: {args.store} has no finished shapes of {args.compare} on {args.device}", file=sys.stderr)
@@ -138,7 +139,8 @@ def main(argv=None) -> int:
     names = [n for n in cmp["config"]["baselines"] if any(r.get(f"offline_{n}_median_us") for r in rows)]
     idx = json.loads((Path(args.registry) / "index.json").read_text())
     entries = {k: e for k, e in idx["devices"][args.device]["entries"].items() if e["problem"] in compared}
-    rep: dict = {"device": args.device, "layouts": sorted({r["layout"] for r in rows}), "compare_config": cmp["config"], "peak": cmp["peak"],
+    rep: dict = {"device": args.device, "layouts": sorted({r.get("layout", "nn") for r in rows}),
+                 "compare_config": cmp["config"], "peak": cmp["peak"],
                  "compare_wall_s": cmp.get("wall_s_total"), "shapes_compared": len(rows),
                  "shapes_searched": len(log), "speedups": {}}
     for mode in MODES:
@@ -158,7 +160,8 @@ def main(argv=None) -> int:
     rep["kernel_beats_best_cublas"] = {m: sum(r.get(f"{m}_cudal2_vs_best", 0) > 1.0 for r in kernel_rows) for m in MODES}
     backend_of = {e["problem"]: e["backend"] for e in entries.values() if e["device"] == args.device}
     rep["kernel_beats_best_cublas_by_backend"] = {
-        m: dict(Counter(backend_of.get(f"{r['shape']}:{r['layout']}", "?") for r in kernel_rows if r.get(f"{m}_cudal2_vs_best", 0) > 1.0))
+        m: dict(Counter(backend_of.get(f"{r['shape']}:{r.get('layout', 'nn')}", "?")
+                        for r in kernel_rows if r.get(f"{m}_cudal2_vs_best", 0) > 1.0))
         for m in MODES}
     rep["winner_from"] = dict(Counter(r["winner_from"] for r in log if r["filed"].startswith("filed")
                                       and "cublas" not in r["filed"]))

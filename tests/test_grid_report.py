@@ -121,3 +121,68 @@ def test_report_from_a_stub_generate_run(tmp_path, monkeypatch):
     assert sum(b["shapes"] for b in bands) == sum(float(x["search_speedup"]) >= 1.0 for x in log
                                                    if x["shape"] in {p.shape for p in shapes if entries[p.text].backend != "cublas"})
     assert all(b["offline"]["lost"] == 0 for b in bands)          # 15 µs beats 18 µs everywhere
+
+
+def _stub_run(tmp_path, monkeypatch, shapes, layout="nn"):
+    from typer.testing import CliRunner
+
+    from cudal2.cli import app
+    from cudal2.device import DeviceInfo
+    from cudal2.registry import Registry
+    from cudal2.testing.fake_evaluator import FakeEvaluator
+    from cudal2.testing.standin import HashClock
+    hopper = DeviceInfo.target("sm_90a")
+    monkeypatch.setattr("cudal2.evaluate.make_evaluator",
+                        lambda cluster=None, **kw: FakeEvaluator(HashClock(), hopper, early_stop=None))
+    monkeypatch.setattr("cudal2.device.gpu_available", lambda: True)
+    db, reg = tmp_path / "run.db", tmp_path / "reg"
+    r = CliRunner().invoke(app, ["generate", "--shapes", ",".join(p.shape for p in shapes), "--layout", layout,
+                                 "--budget", "4", "--group", "2", "--seed-list", "fixed:2", "--file-margin", "1.5",
+                                 "--store", str(db), "--registry", str(reg)])
+    assert r.exit_code == 0, r.output
+    return hopper, db, reg, {e.problem: e for e in Registry.load(reg).all(hopper.key)}
+
+
+def test_report_covers_the_compared_set_only(tmp_path, monkeypatch):
+    """One store holds every set: a compare of the nt shapes reports those (shape and layout), not
+    the nn shapes of the same store, and the six classes of classes.py get their own table."""
+    shapes = [Problem(256, 128, 64), Problem(64, 2048, 4096)]        # small, skinny
+    hopper, db, reg, _ = _stub_run(tmp_path, monkeypatch, shapes, "nn")
+    _, _, _, entries = _stub_run(tmp_path, monkeypatch, shapes[:1], "nt")   # same store and registry
+    nt = Problem(256, 128, 64, "nt")
+    row = _row(nt, {"torch": 20.0, "cublas-tn": 18.0}, None)           # dispatch runs torch.matmul there
+    row["layout"] = "nt"
+    cmp = tmp_path / "cmp.json"
+    cmp.write_text(json.dumps({"rows": [row], "config": {"baselines": ["torch", "cublas-tn"]}, "peak": {}}))
+    gr = _module()
+    out = tmp_path / "out"
+    assert gr.main(["--store", str(db), "--registry", str(reg), "--compare", str(cmp), "--out", str(out),
+                    "--device", hopper.key]) == 0
+    log = list(csv.DictReader((out / "search_log.csv").open()))
+    assert [(x["shape"], x["layout"]) for x in log] == [(nt.shape, "nt")]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["layouts"] == ["nt"] and sum(rep["entries"].values()) == 1
+    small = rep["by_shape_class"]["offline dispatched vs best-cublas"]
+    assert small["small"]["geomean"] == pytest.approx(18 / 20) and small["skinny"] is None
+    assert rep["by_shape_class"]["server dispatched vs torch"]["small"]["geomean"] == pytest.approx(1.0)
+    assert "| offline | best-cublas | 0.900 / 0.900 / 0.900 (1) |" in (out / "report.md").read_text()
+
+
+def test_search_only_view_without_a_compare(tmp_path, monkeypatch):
+    """A set searched but not compared: the search's own full-pass figure per class, what was filed."""
+    shapes = [Problem(256, 128, 64), Problem(64, 2048, 4096), Problem(300, 200, 1000)]
+    hopper, db, reg, entries = _stub_run(tmp_path, monkeypatch, shapes, "nt")
+    gr = _module()
+    out = tmp_path / "out"
+    assert gr.main(["--store", str(db), "--registry", str(reg), "--shapes", ",".join(p.shape for p in shapes),
+                    "--layout", "nn", "--out", str(out), "--device", hopper.key]) == 2     # none searched in nn
+    assert gr.main(["--store", str(db), "--registry", str(reg), "--shapes", ",".join(p.shape for p in shapes[:2]),
+                    "--layout", "nt", "--out", str(out), "--device", hopper.key]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    log = list(csv.DictReader((out / "search_log.csv").open()))
+    assert rep["shapes_searched"] == len(log) == 2 and rep["shapes_in_set"] == 2
+    assert rep["classes"]["small"]["shapes"] == 1 and rep["classes"]["skinny"]["shapes"] == 1
+    assert rep["classes"]["mid"]["shapes"] == 0 and rep["classes"]["mid"]["search_best"] is None
+    want = {x["shape"]: float(x["search_speedup"]) for x in log}
+    assert rep["classes"]["skinny"]["search_best"]["geomean"] == pytest.approx(want["64x2048x4096"])
+    assert sum(rep["classes"]["all"]["filed"].values()) == 2
