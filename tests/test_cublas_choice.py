@@ -149,3 +149,73 @@ def test_a_v1_cublas_entry_gives_way_to_one_with_a_record(tmp_path):
     assert e is not None and e.dispatch["target"] == AT and len(e.dispatch["repeats"]) == 2
     assert record_cublas(tmp_path, p, "h200-sm90", rep(10.0, 9.9), repeats=[rep(10.0, 9.9)]) is None
     assert Registry.load(tmp_path).lookup(p, "h200-sm90").dispatch["target"] == AT
+
+
+def _compare_file(path, rows):
+    """A `cudal2 compare --json` file with the fields add-timings reads: versions.device_key,
+    config.baselines and per row M, N, K, layout and the offline medians."""
+    import json
+    path.write_text(json.dumps({"versions": {"device_key": "h200-sm90"}, "config": {"baselines": ["torch", AT, HE]},
+                                "rows": [{"M": p.M, "N": p.N, "K": p.K, "layout": p.layout,
+                                          **{f"offline_{n}_median_us": t for n, t in times.items()}}
+                                         for p, times in rows]}))
+    return path
+
+
+def test_a_later_timing_that_lost_sends_the_entry_to_torch(tmp_path):
+    """16x3584x18944 nt on the H200 (2026-12-04): autotune won the three filing timings by 1.2-1.7%,
+    then ran 0.954x of torch.matmul in the compare. With that timing added, it is torch.matmul;
+    a call that still wins every timing stays; a kernel entry and a shape not compared are left."""
+    from cudal2.registry import add_timings
+    reg = Registry.load(tmp_path, create=True)
+    lost, held = Problem(16, 3584, 18944, "nt"), Problem(512, 512, 4096)
+    reg.add(Entry(problem=lost.text, device="h200-sm90", backend="cublas", time_us=40.0, best_cublas_us=40.0,
+                  baselines_us=rep(41.0, 40.5), dispatch=cublas_choice([rep(41.0, 40.5), rep(40.4, 39.8)])), None)
+    reg.add(entry_with(cublas_choice([rep(10.0, 9.5), rep(10.0, 9.6)]), torch=10.0, **{AT: 9.5}), None)
+    untouched = reg.lookup(Problem(512, 512, 4096), "h200-sm90").to_dict()
+    assert reg.lookup(lost, "h200-sm90").dispatch["target"] == AT
+    moved = add_timings(tmp_path, "h200-sm90", {lost.text: rep(39.9, 41.8), held.text: rep(10.1, 9.7),
+                                                "64x64x64:nn": rep(5.0, 4.0)})
+    assert sorted((e.problem, old, new) for e, old, new in moved) == [(lost.text, AT, "torch"), (held.text, AT, AT)]
+    back = Registry.load(tmp_path)
+    e = back.lookup(lost, "h200-sm90")
+    assert e.dispatch["target"] == "torch" and len(e.dispatch["repeats"]) == 3
+    assert e.dispatch["ratios"][AT][-1] == round(39.9 / 41.8, 5)
+    assert lt_dispatch.choose(e, V)[0] == "torch"
+    kept = back.lookup(held, "h200-sm90").dispatch
+    assert kept["target"] == AT and len(kept["repeats"]) == 3 and untouched["dispatch"]["repeats"] != kept["repeats"]
+    # The same timing again is not a second run: nothing changes.
+    assert add_timings(tmp_path, "h200-sm90", {lost.text: rep(39.9, 41.8)}) == []
+
+
+def test_a_legacy_entry_counts_its_one_timing_first(tmp_path):
+    """An entry filed before dispatch records (the shipped grid nn) has one timing; a compare's
+    timing makes two, and the rule over both applies (a win in both by the margin, else torch)."""
+    from cudal2.registry import add_timings
+    Registry.load(tmp_path, create=True).add(entry_with(None, torch=10.0, **{AT: 9.0}), None)
+    e = Registry.load(tmp_path).lookup(Problem(512, 512, 4096), "h200-sm90")
+    assert lt_dispatch.choose(e, V)[0] == AT                     # legacy rule: one timing, 1.11x
+    [(e, old, new)] = add_timings(tmp_path, "h200-sm90", {"512x512x4096:nn": rep(10.0, 10.05)})
+    assert (old, new) == (AT, "torch") and e.dispatch["repeats"] == [rep(10.0, 9.0), rep(10.0, 10.05)]
+    with pytest.raises(Exception, match="margin"):
+        add_timings(tmp_path, "h200-sm90", {}, margin=0.9)
+
+
+def test_cli_add_timings(tmp_path):
+    """`cudal2 registry add-timings COMPARE.json --registry DIR` names each entry whose call changed;
+    the shipped registry is refused (export, add, ship the copy); a file that is no compare, exit 1."""
+    from typer.testing import CliRunner
+
+    from cudal2.cli import app
+    Registry.load(tmp_path / "reg", create=True).add(entry_with(None, torch=10.0, **{AT: 9.0}), None)
+    cmp = _compare_file(tmp_path / "cmp.json", [(Problem(512, 512, 4096), rep(10.0, 10.3, 10.2))])
+    run = CliRunner().invoke
+    r = run(app, ["registry", "add-timings", str(cmp), "--registry", str(tmp_path / "reg")])
+    assert r.exit_code == 0, r.output
+    assert "h200-sm90/512x512x4096:nn: cublaslt-autotune -> torch" in r.output
+    assert "1 cuBLAS entries got a timing; 1 now dispatch to another call" in r.output
+    r = run(app, ["registry", "add-timings", str(cmp)])
+    assert r.exit_code == 1 and "shipped registry is read-only" in r.output
+    (tmp_path / "bad.json").write_text("{}")
+    r = run(app, ["registry", "add-timings", str(tmp_path / "bad.json"), "--registry", str(tmp_path / "reg")])
+    assert r.exit_code == 1 and "not a cudal2 compare JSON" in r.output

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -265,6 +266,37 @@ def rerender_cmd(registry: Optional[str] = _REG_OPT) -> None:
                                                          f"--render --registry {reg.root}" if changed else ""))
 
 
+def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare --json` file of this device"),
+                    registry: Optional[str] = _REG_OPT,
+                    margin: Optional[float] = typer.Option(None, "--margin", help="the cuBLAS margin (default: "
+                                                           "each entry's own, 1.01)")) -> None:
+    """Add a compare run's timings to the cuBLAS entries' evidence and choose their calls again."""
+    from .errors import fail
+    from ..registry import RegistryError, add_timings, compare_timings
+    reg = _load(registry)
+    if reg.shipped:
+        fail("the shipped registry is read-only here: export it, add the timings to the copy, ship that", code=1)
+        return
+    try:
+        data = json.loads(Path(compare).read_text())
+        device = data["versions"]["device_key"]
+        moved = add_timings(reg.root, device, compare_timings(data), margin)
+    except FileNotFoundError:
+        fail(f"{compare}: no such file", code=1)
+        return
+    except (KeyError, TypeError, json.JSONDecodeError) as e:
+        fail(f"{compare}: not a cudal2 compare JSON ({type(e).__name__}: {e})", code=1)
+        return
+    except RegistryError as e:
+        fail(str(e), code=1)
+        return
+    for e, old, new in moved:
+        if old != new:
+            typer.echo(f"{e.key}: {old} -> {new} ({e.dispatch['why']})")
+    typer.echo(f"{device}: {len(moved)} cuBLAS entries got a timing; "
+               f"{sum(o != n for _, o, n in moved)} now dispatch to another call")
+
+
 def register(app) -> None:
     reg_app = typer.Typer(no_args_is_help=True, help="Inspect, verify and export the kernel registry.")
     reg_app.command("list")(list_cmd)
@@ -274,5 +306,6 @@ def register(app) -> None:
     reg_app.command("attach-lt")(attach_lt_cmd)
     reg_app.command("apply-margin")(apply_margin_cmd)
     reg_app.command("rerender")(rerender_cmd)
+    reg_app.command("add-timings")(add_timings_cmd)
     app.add_typer(reg_app, name="registry")
     app.command("problems")(problems_cmd)

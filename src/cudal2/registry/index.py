@@ -348,6 +348,19 @@ class Registry:
             self.entries = fresh.entries
         return n
 
+    def update(self, device_key: str, fn) -> list[Entry]:
+        """Apply `fn(entry) -> bool` (True: it changed the entry in place) to every entry of
+        `device_key` under the registry's lock, validate the changed ones, one index write."""
+        with _locked(self.root):
+            fresh = Registry.load(self.root)
+            changed = [e for e in fresh.entries.get(device_key, {}).values() if fn(e)]
+            for e in changed:
+                e.validate()
+            if changed:
+                _atomic_write(self.root / "index.json", fresh.to_json())
+            self.entries = fresh.entries
+        return changed
+
     def apply_margin(self, device_key: str, margin: float) -> list[Entry]:
         """Re-file as cuBLAS every kernel entry of `device_key` whose recorded win over best-cublas
         is under `margin` (the filing rule of `cudal2 generate --file-margin`, applied to entries
