@@ -78,7 +78,7 @@ def test_cli_examples_run(workdir):
         if "--replay" in cmd and "--cost-model" not in cmd:
             replay_err = r.stderr
     outs = dict(ran)
-    assert len(ran) == 12
+    assert len(ran) == 13
     interp = next(o for c, o in ran if "--interpret" in c)
     assert interp.count("PASS") == 6
     replay = next(o for c, o in ran if "--replay" in c)
@@ -98,6 +98,9 @@ def test_cli_examples_run(workdir):
     assert (workdir / "runs" / "registry" / "index.json").is_file()          # outputs under runs/
     assert sorted(os.listdir(workdir)) == ["bench", "config.json", "runs"]    # and nothing else
     assert "1359 ok, 0 bad" in outs["cudal2 registry verify --render"]
+    # The shipped registry already holds that compare's timings: nothing new to add, nothing moves.
+    added = next(o for c, o in ran if c.startswith("cudal2 registry add-timings"))
+    assert "h200-sm90: 0 cuBLAS entries got a timing; 0 now dispatch to another call" in added
     assert (workdir / "runs" / "my-registry" / "index.json").is_file()
     assert "0 entries re-rendered" in outs["cudal2 registry rerender --registry runs/my-registry"]
     probs = outs["cudal2 problems --hf-config config.json --tokens 1,16,128,2048"].split()
