@@ -156,7 +156,7 @@ def summarize(rows: list[dict], source: str | None = None) -> dict:
             for g, v in sorted(groups.items())}
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results/h200-sm90")
     ap.add_argument("--classes", default="shortK,starved,mid,large")
@@ -173,12 +173,21 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=400.0, help="start no shape after this many seconds")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="compile processes")
     ap.add_argument("--tag", default="hopper_sweep")
-    args = ap.parse_args()
+    ap.add_argument("--torch-only", action="store_true",
+                    help="run when the cuBLAS baselines cannot be built (best-cublas is then torch.matmul)")
+    args = ap.parse_args(argv)
     import torch
 
     from cudal2.device import current
     from cudal2.problems import parse_shapes
+    from cudal2.baselines import refusal, unbuildable
     from cudal2.versions import collect, source_commit
+    # The bar must not drop silently (issue 21): on 2026-12-04 a sweep ran against torch.matmul
+    # alone because the carried nvmath-python wheel did not import.
+    missing = unbuildable({n for names in BASELINES.values() for n in names})
+    if missing and not args.torch_only:
+        print(f"error: {refusal(missing).replace('--baselines torch', '--torch-only')}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("error: no CUDA GPU: this benchmark times kernels on the GPU", file=sys.stderr)
         return 3

@@ -64,3 +64,20 @@ def test_plan_names_each_specs_source_and_summarizes_per_source():
             {"class": "small", "layout": "nt", "shape": "a", "vs_best_cublas": 1.2, "from": "cost"}]
     assert hs.summarize(rows, "wave")["small/nt"]["best"] == 0.9
     assert hs.summarize(rows, "cost")["small/nt"]["best"] == 1.2 and hs.summarize(rows)["small/nt"]["wins"] == 1
+
+
+def test_refuses_a_torch_only_bar_unless_asked(monkeypatch, capsys, tmp_path):
+    """When the cuBLAS baselines cannot be built (nvmath-python missing, or a wheel that does not
+    import: 2026-12-04), the sweep stops with the one-line refusal instead of measuring against
+    torch.matmul alone; --torch-only goes on (here to the no-GPU exit)."""
+    import cudal2.baselines as bl
+    monkeypatch.setattr(bl, "unbuildable", lambda names: {n: "unavailable: nvmath-python failed to import"
+                                                          for n in sorted(names) if n != "torch"})
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert hs.main(["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: best-cublas cannot be formed: cublas-nn, cublas-tn, cublaslt-autotune")
+    assert "--torch-only" in err and "--baselines" not in err
+    assert hs.main(["--out", str(tmp_path), "--torch-only"]) == 3
+    monkeypatch.setattr(bl, "unbuildable", lambda names: {})
+    assert hs.main(["--out", str(tmp_path)]) == 3          # all buildable: on to the GPU check
