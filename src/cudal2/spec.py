@@ -170,12 +170,13 @@ class KernelSpec:
         return next(w for w in (64, 32, 16) if self.bn % w == 0)
 
     def smem_bytes(self) -> int:
-        """Shared memory the kernel needs (estimate for Triton, exact ring size for CUDA)."""
+        """Shared memory the kernel needs (an upper bound of the compiled figure for Triton persistent,
+        see persistent_smem; an estimate for tiled; exact for CUDA)."""
         if self.family == "stream":
             return stream_smem(self.to_dict(), "nt")   # ring or partials: the same in both layouts
-        ring = self.stages * (self.bm * self.bk + self.bk * self.bn) * 2
         if self.family == "persistent":
-            return ring + self.bm * (self.bn // self.subtile) * 2   # TMA-store staging tile
+            return persistent_smem(self.to_dict())
+        ring = self.stages * (self.bm * self.bk + self.bk * self.bn) * 2
         if self.family == "wgmma":
             # + the epilogue's staging (a whole tile per warpgroup in ping-pong) + 1 KB that the
             # kernel spends aligning the ring to the 128B-swizzle atom. Mbarriers are static.
@@ -187,6 +188,50 @@ class KernelSpec:
 
     def acc_regs_per_thread(self) -> int:
         return _acc_per_thread(self.to_dict())
+
+
+# Triton persistent (kernels_triton/persistent.py): what Triton allocates in shared memory, an upper
+# bound of the compiled kernel's `metadata.shared` (what the launch asks of the device) for sm_90.
+# Measured 2026-12-04 on CPU (bench/persistent_smem.py --grid; triton 3.9.0 and 3.6.0, GPUTarget
+# cuda 90: 1,448 specs x nn/nt, bm 16-256, bn 16-256, bk 16-128, warps 4/8, subtile 1/2, warp_spec
+# 0/1, 2-20 stages; 5,590 compiled, 202 compile errors, all warp_spec=1 with 4 warps). Neither the
+# layout (nn/nt B descriptor) nor the problem size (4 shapes tried) changed a figure; the versions
+# differ only in the partitioned case below. For bm >= 64 (wgmma) this is exact except there:
+#   ring      stages x (A + B tiles): Triton's TMA pipeline keeps all `stages` buffers;
+#   barriers  one 8 B mbarrier per stage;
+#   staging   the TMA store's bm x bn/subtile fp16 tile;
+#   scratch   subtile=2 splits the accumulator (reshape/permute/split); when the wgmma layout puts
+#             warps side by side along N (bm=64 with 8 warps: warpsPerCTA [4, 2]) the split goes
+#             through a layout conversion whose scratch is half the fp32 tile, at least 8 KB
+#             (bn=32: the whole tile). It is live beside the ring in the flattened loop
+#             (warp_spec=0); with warp_spec=1 the ring is allocated inside the tile loop and freed
+#             before the epilogue, so the scratch reuses its space.
+# warp_spec=1 with 4 warps is partitioned by Triton on Hopper (ttg.warp_specialize: a producer and
+# two consumer warpgroups): the consumers split bm >= 128 rows and take alternate 64-row tiles,
+# so the staging is max(bm, 128) x bn/subtile fp16, and the partitions add mbarrier arrays (5-11
+# of them, 8 B per stage each, more in 3.9 than 3.6; all measured within 96 B per stage + 328 B:
+# counted as 128 B per stage + 512 B, over by 296-2168 B).
+# bm < 64 compiles to mma v2 (no wgmma) with stages - 1 buffers: at least 4 KB under this count.
+# The H200 failures this models: 64x128x32 st18 sub2 ws1 w4 asked 238472 B, 64x256x64 st5 sub2
+# w8 asked 253992 B, over the H200's 232448 B, where the old estimate (ring + staging) said 229376
+# and 221184 B.
+PERSISTENT_WS_BARRIERS = (128, 512)       # (B per stage, B fixed) of the partitioned loop's mbarriers
+
+
+def persistent_smem(s) -> int:
+    """Shared memory a persistent spec (a mapping of its fields) asks at launch: see above."""
+    bm, bn, bk, st, sub = s["bm"], s["bn"], s["bk"], s["stages"], s["subtile"]
+    ring = st * (bm * bk + bk * bn) * 2
+    staging = bm * (bn // sub) * 2
+    if bm < 64:
+        return ring + 8 * st + staging
+    if s["warp_spec"] and s["warps"] == 4:
+        per_stage, fixed = PERSISTENT_WS_BARRIERS
+        return ring + max(bm, 128) * (bn // sub) * 2 + per_stage * st + fixed
+    scratch = max(bm * bn * 2, 8192) if sub > 1 and bm < 16 * s["warps"] else 0
+    if s["warp_spec"]:
+        return staging + max(ring + 8 * st, scratch)
+    return ring + 8 * st + staging + scratch
 
 
 def wgmma_consumers(warps: int, warp_spec: int) -> int:
@@ -284,6 +329,10 @@ def _warp_spec(s, p, d):
         return f"warp_spec=2 (ping-pong) is a wgmma schedule; family={f} takes 0 or 1"
 
 
+# warp_spec values a family takes (the others pin it to 0).
+SCHEDULES = {"wgmma": (0, 1, 2), "persistent": (0, 1)}
+
+
 def _any_schedule(check):
     """A rule that reads warp_spec before the policy has chosen it (warp_spec comes late in FIELDS,
     the tile rules early): while it is unchosen (None) the rule passes if some schedule passes, so
@@ -291,7 +340,7 @@ def _any_schedule(check):
     def wrapped(s, p, d):
         if s.get("warp_spec") is not None:
             return check(s, p, d)
-        msgs = [check({**s, "warp_spec": w}, p, d) for w in ((0, 1, 2) if s["family"] == "wgmma" else (0,))]
+        msgs = [check({**s, "warp_spec": w}, p, d) for w in SCHEDULES.get(s["family"], (0,))]
         return None if any(m is None for m in msgs) else msgs[0]
     return wrapped
 
@@ -388,7 +437,7 @@ RULES: list[Rule] = [
     ("warps", ("family", "warps"), _warps),
     ("warps", ("family", "bm", "bn", "warps"), _any_schedule(_tile_warps)),
     ("warps", ("family", "bm", "bn", "warps"), _any_schedule(_acc_regs)),
-    ("stages", ("family", "bm", "bn", "bk", "stages", "subtile"), _any_schedule(_smem)),
+    ("stages", ("family", "bm", "bn", "bk", "warps", "stages", "subtile"), _any_schedule(_smem)),
     ("split_k", ("family", "split_k"), _pinned("split_k")),
     ("split_k", ("bk", "split_k"), _split_k),
     ("split_k", ("family", "bm", "bn", "warps", "split_k"), _any_schedule(_splitk_regs)),
