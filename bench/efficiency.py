@@ -1,16 +1,19 @@
-"""The search-efficiency study of issue 5: does a trained policy find fast kernels in fewer evaluations?
+"""The search-efficiency study (issues 5, 21): does a trained policy find fast kernels in fewer evaluations?
 
-  1. train the default policy with GRPO on a subset of shapes (`train`), `train_budget` each;
-  2. on held-out shapes (`test`), three searches of `max(budgets)` proposals each, on the same
-     evaluator, profile and masked space: the trained policy (it keeps adapting on the shape, from the
-     same trained weights for every shape), uniform random sampling, and the fixed autotune list;
+  1. train the default policy with GRPO on a subset of shapes (`train`), `train_budget` each (from
+     fresh weights, or from a checkpoint pretrained on the store: `cudal2 train --policy-out`);
+  2. on held-out shapes (`test`), one search of `max(budgets)` proposals per method, on the same
+     evaluator, profile and masked space: `policy` (the trained policy, still adapting by GRPO on the
+     shape, from the same trained weights for every shape), `random` (uniform masked samples),
+     `fixed` (the fixed autotune list) and `cost` (the learned cost model alone: the top of a ranked
+     pool, rl/costrank.py, as `--seed-list cost:N` takes it);
   3. per shape, the winners of each method at each budget are re-checked by the full PROTOCOL checker
      and re-timed at the full timing budget beside the baselines (`recheck`); the reported speedups
      come from that re-measurement only;
-  4. report per shape and method the best speedup over best-cuBLAS within each budget (8/16/32/64),
-     the geomean over shapes, the fraction of shapes where the policy at 16 reaches 0.98 of the best
-     any method found at 64, whether the policy is ahead of random at each budget, and the cost:
-     proposals (what a budget counts), new evaluations (what costs GPU time) and evaluator seconds.
+  4. per shape the reference is the best kernel any method found at any budget; report per shape,
+     method and budget the best-so-far speedup over best-cuBLAS and its ratio to the reference, and
+     the cost: proposals (what a budget counts), new evaluations (what costs GPU time) and evaluator
+     seconds (bench/study_report.py writes the tables, the CSV and the plot).
 
 Where the time went (the partial H200 run, bench/results/h200-sm90/search/efficiency_partial.*,
 commit b78e9f0: full checks, 100 ms timing, early stop 3x, torch the only baseline; 208 evaluations
@@ -28,14 +31,14 @@ So the study screens (`screen` profile: the checks at the problem's own shape wi
 10 ms of timing, no early stop, inputs drawn on the GPU) and re-checks only the winners in full
 (`full` profile: all six checks, 100 ms); measurements are shared across methods (`SharedEvaluator`
 in rl/shared_eval.py: a (spec, problem, profile) measured once, by any method or a previous run on
-the same store, is reused, and still counts as one proposal of the method's budget); the random and
-fixed lists do not depend on results, so they are evaluated in batches of `baseline_group` and
-compiled ahead (`prefetch`) in a lower-priority pool while the GPU works on training and the other
-methods.
+the same store, is reused, and still counts as one proposal of the method's budget); the random,
+fixed and cost lists do not depend on results, so they are evaluated in batches of `baseline_group`
+and compiled ahead (`prefetch`, the next `prefetch_ahead` shapes) in a lower-priority pool while the
+GPU works on training and the other methods.
 
 `CostModel` (bench/study_model.py) puts those figures into numbers; `--synthetic` runs the whole study
-on a stub clock and charges the model for every evaluator call, which is how the default study was
-sized to one 420 s call (bench/search_efficiency.py says the figures). Early stop is off in both
+on a stub clock and charges the model for every evaluator call, which is how the study is sized
+(bench/search_efficiency.py says the figures). Early stop is off in both
 profiles: with it, whether a kernel is "slow" depends on what was measured before it, and a
 measurement shared between methods would depend on the order they ran in.
 
@@ -61,9 +64,11 @@ from cudal2.rl.reward import speedup
 from cudal2.rl.search import FixedListPolicy, Search
 from cudal2.rl.shared_eval import COUNTS, SharedEvaluator, StudyDeadline, shared_evaluator
 from cudal2.spec import KernelSpec
+from cudal2.stats import shape_class
 
 BUDGETS = (8, 16, 32, 64)
-METHODS = ("policy", "random", "fixed")
+METHODS = ("policy", "random", "fixed", "cost")
+LISTS = ("random", "fixed", "cost")          # methods whose proposals are known before any result
 
 
 def split(problems: list[Problem], n_train: int, n_test: int, seed: int = 0) -> tuple[list, list]:
@@ -102,6 +107,24 @@ def fixed_list(problem: Problem, device, n: int, backends=None) -> list:
     return FixedListPolicy.candidates(problem, device, backends)[:n]
 
 
+def cost_list(problem: Problem, device, n: int, ranker, backends=None) -> list:
+    """The cost method's proposals: the n best of the shape's pool by `ranker` (a CostModel, or
+    anything with its `rank(problem, specs)`), exactly as `--seed-list cost:N` (rl/staged.py)."""
+    from cudal2.rl.staged import seed_specs
+    return seed_specs(n, problem, device, backends, "cost", ranker=ranker)
+
+
+def method_lists(problem: Problem, device, n: int, methods, *, seed: int = 0, backends=None, ranker=None) -> dict:
+    out = {}
+    if "random" in methods:
+        out["random"] = random_list(problem, device, n, seed, backends)
+    if "fixed" in methods:
+        out["fixed"] = fixed_list(problem, device, n, backends)
+    if "cost" in methods:
+        out["cost"] = cost_list(problem, device, n, ranker, backends)
+    return out
+
+
 # ---- the methods ----------------------------------------------------------------------------------------
 def train_policy(train: list[Problem], evaluator, device, *, budget: int = 64, group: int = 8,
                  epochs: int = 1, seed: int = 0, policy=None, store=None, run_id=None, on_event=None,
@@ -110,7 +133,7 @@ def train_policy(train: list[Problem], evaluator, device, *, budget: int = 64, g
     search = Search(policy, evaluator, device, getattr(evaluator, "device_key", None), store=store,
                     run_id=run_id, group=group, seed=seed, on_event=on_event, checkpoint_dir=None,
                     backends=backends, grpo=GRPOConfig(cpu=True))
-    for _ in range(epochs):
+    for _ in range(epochs if train else 0):
         search.run(train, budget, interleave=True)
     return search.trainer.module
 
@@ -184,35 +207,62 @@ def _cost(shared: SharedEvaluator, tag: str, problem: str) -> dict:
     return {k: t[k] for k in (*COUNTS, "eval_s", "modeled_s")} | {"phase_s": t["phase_s"]}
 
 
+def _secs(ms: list[Measurement], key: str) -> float:
+    return round(sum(float(m.meta.get(key) or 0.0) for m in ms), 3)
+
+
 def measure_shape(p: Problem, trained, shared: SharedEvaluator, device, lists: dict, *, budgets, group: int,
-                  seed: int, backends, baseline_group: int, recheck_rounds: int, on_event=None) -> dict:
-    """One held-out shape: the policy (adapting from the trained weights), random, fixed, then the
-    full re-check of their winners; the row of the result, with its costs."""
+                  seed: int, backends, baseline_group: int, recheck_rounds: int, methods=METHODS[:3],
+                  on_event=None) -> dict:
+    """One held-out shape: each method's `max(budgets)` proposals (the policy adapting from the
+    trained weights; the list methods in order), then the full re-check of their winners; the row
+    of the result, with its costs. Each budget's seconds (`gpu_s` / `modeled_s`) are the screen
+    seconds of the method's first `budget` proposals (each measurement's share of its evaluator
+    call, whichever method measured it first): what the method would have cost alone."""
     top = max(budgets)
     t0 = time.perf_counter()
     evaluated: dict[str, list[Measurement]] = {}
-    s = Search(copy.deepcopy(trained), shared.view("policy", "screen"), device, shared.device_key, group=group,
-               seed=seed, backends=backends, update=True, checkpoint_dir=None, grpo=GRPOConfig(cpu=True))
-    evaluated["policy"] = s.run_problem(p, top).evaluated
-    for meth in ("random", "fixed"):
-        evaluated[meth] = run_list(shared.view(meth, "screen"), p, lists[meth], baseline_group)
+    for meth in methods:
+        if meth == "policy":
+            s = Search(copy.deepcopy(trained), shared.view("policy", "screen"), device, shared.device_key,
+                       group=group, seed=seed, backends=backends, update=True, checkpoint_dir=None,
+                       grpo=GRPOConfig(cpu=True))
+            evaluated["policy"] = s.run_problem(p, top).evaluated
+        else:
+            evaluated[meth] = run_list(shared.view(meth, "screen"), p, lists[meth], baseline_group)
     rc = recheck(shared.view("recheck", "full"), p, evaluated, budgets, recheck_rounds)
-    row: dict = {"problem": p.text}
-    for meth in METHODS:
+    row: dict = {"problem": p.text, "layout": p.layout, "class": shape_class(p.M, p.N, p.K)}
+    for meth in methods:
         by = {b: rc["by"][(meth, b)] for b in budgets}
+        ev = evaluated[meth]
+        curve, best = [], 0.0
+        for m in ev:
+            best = max(best, speedup(m) or 0.0)
+            curve.append(round(best, 5))
         row[meth] = {str(b): by[b]["speedup"] for b in budgets}
         row[meth]["screen"] = {str(b): by[b]["screen"] for b in budgets}
         row[meth]["winner"] = {str(b): by[b]["spec"] for b in budgets}
         row[meth]["screen_winner_failed_full_check"] = [b for b in budgets if by[b]["screen_winner_failed"]]
-        row[meth]["evals"] = len(evaluated[meth])
+        row[meth]["evals"] = len(ev)
+        row[meth]["proposals"] = {str(b): min(b, len(ev)) for b in budgets}
+        row[meth]["gpu_s"] = {str(b): _secs(ev[:b], "eval_s") for b in budgets}
+        row[meth]["modeled_s"] = {str(b): _secs(ev[:b], "modeled_s") for b in budgets}
+        row[meth]["curve"] = curve
         row[meth]["cost"] = _cost(shared, meth, p.text)
         row[meth]["eval_s"] = row[meth]["cost"]["eval_s"]
     row["recheck"] = {k: rc[k] for k in ("rounds", "rechecked", "failed")} | {"cost": _cost(shared, "recheck", p.text)}
-    row["best_any_at_max"] = max(row[m][str(top)] for m in METHODS)
+    row["reference"] = row["best_any_at_max"] = max(row[m][str(top)] for m in methods)
+    row["screen_reference"] = max((row[m]["curve"][-1] for m in methods if row[m]["curve"]), default=0.0)
+    for meth in methods:
+        ref = row["reference"]
+        row[meth]["ratio"] = {str(b): (row[meth][str(b)] / ref if ref > 0 else None) for b in budgets}
     total = shared.totals(None, p.text)
-    row["cost"] = {"proposals": total["proposals"], "unique": total["unique"], "evaluator_s": total["eval_s"],
+    spent = shared.spent(p)        # every distinct measurement of the shape, this run's and the store's
+    row["shape_cost"] = {"proposals": total["proposals"], "unique": total["unique"], "evaluator_s": total["eval_s"],
                    "modeled_s": total["modeled_s"], "phase_s": total["phase_s"],
-                   "wall_s": round(time.perf_counter() - t0, 3)}
+                   "wall_s": round(time.perf_counter() - t0, 3),
+                   "shape_gpu_s": round(spent["eval_s"], 3), "shape_modeled_s": round(spent["modeled_s"], 3),
+                   "measurements": spent["n"]}
     if on_event:
         on_event("study_shape", row=row)
     return row
@@ -221,45 +271,70 @@ def measure_shape(p: Problem, trained, shared: SharedEvaluator, device, lists: d
 def study(train: list[Problem], test: list[Problem], evaluator, device, *, budgets=BUDGETS, group: int = 8,
           train_budget: int = 64, epochs: int = 1, seed: int = 0, backends=None, policy=None,
           baseline_group: int | None = None, recheck_rounds: int = 3, prefetch: bool = True,
-          on_event=None, on_progress=None) -> dict:
+          methods=None, ranker=None, trained=None, train_info: dict | None = None, done: dict | None = None,
+          prefetch_ahead: int = 2, on_event=None, on_progress=None, on_trained=None, on_row=None) -> dict:
     """The whole study; `evaluator` is a SharedEvaluator (any other evaluator is wrapped with the
-    default profiles). Stops cleanly at the SharedEvaluator's deadline: the result then says
-    complete=False and holds the shapes finished before it. `on_progress(result)` is called after
-    training and after each test shape with the result so far."""
+    default profiles). `methods`: of METHODS (default: all, less `cost` without a `ranker`).
+    `trained` (with its `train_info`): a policy trained before (a resumed study), so no training.
+    `done`: problem text -> a row finished before (a resumed study): kept, not measured again.
+    Stops cleanly at the SharedEvaluator's deadline: the result then says complete=False and holds
+    the shapes finished before it. Callbacks: `on_trained(policy, info)` after training,
+    `on_row(row)` after each shape, `on_progress(result so far)` after both."""
     shared = shared_evaluator(evaluator)
     budgets = tuple(sorted(budgets))
     top = max(budgets)
+    methods = tuple(methods or (METHODS if ranker is not None else METHODS[:3]))
+    if unknown := [m for m in methods if m not in METHODS]:
+        raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
+    if "cost" in methods and ranker is None:
+        raise ValueError("the cost method needs a cost model (ranker)")
     baseline_group = baseline_group or top
+    done = dict(done or {})
     t_start = time.perf_counter()
-    lists = {p: {"random": random_list(p, device, top, seed, backends), "fixed": fixed_list(p, device, top, backends)}
-             for p in test}
-    ahead = 0
-    if prefetch:
-        for p in test:
-            ahead += shared.prefetch(p, lists[p]["random"] + lists[p]["fixed"], "screen")
-    res = {"train": [p.text for p in train], "test": [p.text for p in test], "budgets": list(budgets),
-           "group": group, "train_budget": train_budget, "epochs": epochs, "seed": seed,
-           "baseline_group": baseline_group, "recheck_rounds": recheck_rounds, "prefetched": ahead,
-           "device": shared.device_key, "profiles": shared.profiles, "rows": [], "complete": False,
-           "stopped": None}
-    try:
-        trained = train_policy(train, shared.view("train", "screen"), device, budget=train_budget, group=group,
-                               epochs=epochs, seed=seed, policy=policy, on_event=on_event, backends=backends)
-    except StudyDeadline as e:
-        res["stopped"] = f"during training: {e}"
-        return _summarise(res, shared, t_start)
-    res["train_s"] = round(time.perf_counter() - t_start, 3)
-    res["train_cost"] = {k: v for k, v in shared.totals("train").items()}
+    res = {"train": [p.text for p in train], "test": [p.text for p in test], "methods": list(methods),
+           "budgets": list(budgets), "group": group, "train_budget": train_budget, "epochs": epochs, "seed": seed,
+           "baseline_group": baseline_group, "recheck_rounds": recheck_rounds, "prefetched": 0,
+           "resumed_rows": sum(p.text in done for p in test), "device": shared.device_key,
+           "profiles": shared.profiles, "rows": [], "complete": False, "stopped": None}
+    todo = [p for p in test if p.text not in done]
+    lists: dict[Problem, dict] = {}
+
+    def ahead(i: int) -> None:        # the list methods' proposals of todo[i .. i + prefetch_ahead], compiled ahead
+        for p in todo[i:i + prefetch_ahead + 1]:
+            if p not in lists:
+                lists[p] = method_lists(p, device, top, methods, seed=seed, backends=backends, ranker=ranker)
+                if prefetch:
+                    res["prefetched"] += shared.prefetch(p, [s for v in lists[p].values() for s in v], "screen")
+
+    ahead(0)
+    if "policy" in methods and todo and trained is None:
+        try:
+            trained = train_policy(train, shared.view("train", "screen"), device, budget=train_budget, group=group,
+                                   epochs=epochs, seed=seed, policy=policy, on_event=on_event, backends=backends)
+        except StudyDeadline as e:
+            res["stopped"] = f"during training: {e}"
+            return _summarise(res, shared, t_start)
+        train_info = {"train_s": round(time.perf_counter() - t_start, 3), "train_cost": shared.totals("train")}
+        if on_trained:
+            on_trained(trained, train_info)
+    res.update(train_info or {})
     if on_progress:
         on_progress(_summarise(dict(res), shared, t_start))
     for p in test:
+        if p.text in done:
+            res["rows"].append(done[p.text])
+            continue
+        ahead(todo.index(p))
         try:
-            res["rows"].append(measure_shape(p, trained, shared, device, lists[p], budgets=budgets, group=group,
-                                             seed=seed, backends=backends, baseline_group=baseline_group,
-                                             recheck_rounds=recheck_rounds, on_event=on_event))
+            row = measure_shape(p, trained, shared, device, lists[p], budgets=budgets, group=group, seed=seed,
+                                backends=backends, baseline_group=baseline_group, recheck_rounds=recheck_rounds,
+                                methods=methods, on_event=on_event)
         except StudyDeadline as e:
             res["stopped"] = f"at test shape {p}: {e}"
             break
+        res["rows"].append(row)
+        if on_row:
+            on_row(row)
         if on_progress and len(res["rows"]) < len(test):
             on_progress(_summarise(dict(res), shared, t_start))
     else:
@@ -268,29 +343,30 @@ def study(train: list[Problem], test: list[Problem], evaluator, device, *, budge
 
 
 def _summarise(res: dict, shared: SharedEvaluator, t_start: float) -> dict:
-    rows, budgets = res["rows"], res["budgets"]
-    top = max(budgets)
-    res["geomean_best_speedup"] = {m: {str(b): geomean([r[m][str(b)] for r in rows]) for b in budgets} for m in METHODS}
+    rows, budgets, methods = res["rows"], res["budgets"], res["methods"]
+    res["geomean_best_speedup"] = {m: {str(b): geomean([r[m][str(b)] for r in rows]) for b in budgets} for m in methods}
     res["geomean_screen_speedup"] = {m: {str(b): geomean([r[m]["screen"][str(b)] for r in rows]) for b in budgets}
-                                     for m in METHODS}
-    hit = [r["policy"].get("16", 0.0) >= 0.98 * r["best_any_at_max"] for r in rows if r["best_any_at_max"] > 0]
-    res["policy16_reaches_098_of_best64"] = (sum(hit) / len(hit)) if hit else None
-    res["policy_ahead_of_random_shapes"] = {str(b): sum(r["policy"][str(b)] > r["random"][str(b)] for r in rows)
-                                            for b in budgets}
-    g = res["geomean_best_speedup"]
-    res["policy_ahead_of_random_geomean"] = {str(b): g["policy"][str(b)] > g["random"][str(b)] for b in budgets}
+                                     for m in methods}
+    from study_report import summary
+    res["summary"] = summary(rows, methods, budgets, "modeled_s" if shared.model is not None else "gpu_s")
+    if "policy" in methods:
+        hit = [r["policy"].get("16", 0.0) >= 0.98 * r["reference"] for r in rows if r["reference"] > 0]
+        res["policy16_reaches_098_of_best64"] = (sum(hit) / len(hit)) if hit else None
     n = max(len(rows), 1)
-    res["eval_s_per_shape"] = {m: sum(r[m]["cost"]["eval_s"] for r in rows) / n for m in METHODS}
+    res["eval_s_per_shape"] = {m: sum(r[m]["cost"]["eval_s"] for r in rows) / n for m in methods}
     res["per_shape"] = {
-        "proposals": sum(r[m]["cost"]["proposals"] for r in rows for m in METHODS) / n,
+        "proposals": sum(r[m]["cost"]["proposals"] for r in rows for m in methods) / n,
         "rechecks": sum(r["recheck"]["cost"]["proposals"] for r in rows) / n,
-        "new_evaluations": sum(r["cost"]["unique"] for r in rows) / n,
-        "evaluator_s": sum(r["cost"]["evaluator_s"] for r in rows) / n,
-        "modeled_s": sum(r["cost"]["modeled_s"] for r in rows) / n,
-        "wall_s": sum(r["cost"]["wall_s"] for r in rows) / n,
+        "new_evaluations": sum(r["shape_cost"]["unique"] for r in rows) / n,
+        "evaluator_s": sum(r["shape_cost"]["evaluator_s"] for r in rows) / n,
+        "modeled_s": sum(r["shape_cost"]["modeled_s"] for r in rows) / n,
+        "wall_s": sum(r["shape_cost"]["wall_s"] for r in rows) / n,
         "recheck_s": sum(r["recheck"]["cost"]["eval_s"] for r in rows) / n,
+        # every distinct measurement of the shape, whichever run made it (resumed studies included)
+        "shape_gpu_s": sum(r["shape_cost"].get("shape_gpu_s", 0.0) for r in rows) / n,
+        "shape_modeled_s": sum(r["shape_cost"].get("shape_modeled_s", 0.0) for r in rows) / n,
     }
-    res["cost_by_method"] = {t: shared.totals(t) for t in ("train", *METHODS, "recheck")}
+    res["cost_by_method"] = {t: shared.totals(t) for t in ("train", *methods, "recheck")}
     total = shared.totals()
     res["cost_total"] = total
     if shared.model is not None:
@@ -300,49 +376,5 @@ def _summarise(res: dict, shared: SharedEvaluator, t_start: float) -> dict:
 
 
 def markdown(result: dict) -> str:
-    b = result["budgets"]
-    rows = result["rows"]
-    model = "modeled_device_s" in result      # the stub clock: seconds come from the cost model
-    sec, key = ("modeled device s", "modeled_s") if model else ("evaluator s", "eval_s")
-    lines = ["| method | " + " | ".join(f"best speedup @{x}" for x in b)
-             + f" | proposals / shape | new evaluations / shape | {sec} / shape |",
-             "| --- | " + " | ".join("---" for _ in b) + " | --- | --- | --- |"]
-    n = max(len(rows), 1)
-    for m in METHODS:
-        g = result["geomean_best_speedup"][m]
-        prop = sum(r[m]["cost"]["proposals"] for r in rows) / n
-        uniq = sum(r[m]["cost"]["unique"] for r in rows) / n
-        secs = sum(r[m]["cost"][key] for r in rows) / n
-        lines.append(f"| {m} | " + " | ".join(f"{g[str(x)]:.3f}" for x in b)
-                     + f" | {prop:.1f} | {uniq:.1f} | {secs:.1f} |")
-    lines.append("")
-    lines.append(f"Speedup over best-cuBLAS, geomean over {len(rows)} held-out shapes ({result['device']}), from the "
-                 "full PROTOCOL re-check and full-budget re-timing of each method's screened winners; policy "
-                 f"trained on {len(result['train'])} shapes x {result['train_budget']} proposals.")
-    lines.append("Screened (before the re-check): " + "; ".join(
-        f"{m} " + "/".join(f"{result['geomean_screen_speedup'][m][str(x)]:.3f}" for x in b) for m in METHODS) + ".")
-    frac = result["policy16_reaches_098_of_best64"]
-    if frac is not None:
-        lines.append(f"Policy @16 >= 0.98 x best of any method @{max(b)}: {100 * frac:.0f}% of shapes. "
-                     "Policy ahead of random (shapes, geomean): " + ", ".join(
-                         f"@{x} {result['policy_ahead_of_random_shapes'][str(x)]}/{len(rows)} "
-                         f"{'yes' if result['policy_ahead_of_random_geomean'][str(x)] else 'no'}" for x in b) + ".")
-    ps = result["per_shape"]
-    secs = f"{ps['modeled_s']:.1f} modeled device s" if model else \
-        f"{ps['evaluator_s']:.1f} evaluator s (re-check {ps['recheck_s']:.1f} s), {ps['wall_s']:.1f} s wall"
-    lines.append(f"Per test shape: {ps['proposals']:.0f} proposals + {ps['rechecks']:.0f} full re-checks, "
-                 f"{ps['new_evaluations']:.0f} new evaluations, {secs}. Training: "
-                 f"{result.get('train_cost', {}).get('unique', 0)} new evaluations.")
-    if "modeled_device_s" in result:
-        lines.append(f"Cost model: {result['modeled_device_s']:.0f} s of device wall time for this study (a model).")
-    if not result.get("complete", True):
-        lines.append(f"INCOMPLETE: {result.get('stopped')}; re-run with the same --store to continue.")
-    if rows:
-        lo, hi = str(min(b)), str(max(b))
-        lo = "16" if "16" in map(str, b) else lo
-        lines += ["", "| shape | " + " | ".join(f"{m} @{lo} / @{hi}" for m in METHODS)
-                  + f" | new evals | {sec} |", "| --- | " + " | ".join("---" for _ in METHODS) + " | --- | --- |"]
-        for r in rows:
-            lines.append(f"| {r['problem']} | " + " | ".join(f"{r[m][lo]:.3f} / {r[m][hi]:.3f}" for m in METHODS)
-                         + f" | {r['cost']['unique']} | {r['cost']['modeled_s' if model else 'evaluator_s']:.1f} |")
-    return "\n".join(lines)
+    from study_report import markdown as md
+    return md(result)

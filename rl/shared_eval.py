@@ -50,7 +50,10 @@ class SharedEvaluator:
     proposal of its budget on it. Accounting per (tag, problem): proposals, unique (inner
     evaluations: the GPU cost), reused (measured earlier in this run), resumed (from the store),
     evaluator wall seconds and their phases. `view(tag, profile)` is what a method is handed.
-    `cost_model` (bench/study_model.py's CostModel, for dry runs) charges modelled device seconds per call."""
+    `cost_model` (bench/study_model.py's CostModel, for dry runs) charges modelled device seconds per call,
+    and `model_deadline` then stops before a call once that many modelled seconds are spent. Each new
+    measurement's meta carries its tag and an equal share of its call's seconds (`eval_s`, `modeled_s`),
+    so `spent(problem)` can say from the store alone what a shape cost across resumed runs."""
 
     def __init__(self, inner, *, store=None, run_id=None, device_key: str | None = None,
                  deadline: float | None = None, cost_model=None, on_new=None):
@@ -70,6 +73,12 @@ class SharedEvaluator:
         self._last_problem: str | None = None
         self.acct: dict[tuple[str, str], dict] = defaultdict(_blank)
         self.model_s = {"start": cost_model.start_s if cost_model else 0.0}
+        # With a cost model (a dry run on the stub clock): the time limit in modelled device seconds
+        # since start, so a dry run stops where a device call would.
+        self.model_deadline: float | None = None
+
+    def modeled_elapsed(self) -> float:
+        return self.model_s["start"] + sum(a["modeled_s"] for a in self.acct.values())
 
     # ---- profiles ---------------------------------------------------------------------------------
     def add_profile(self, name: str, **cfg) -> dict:
@@ -131,25 +140,39 @@ class SharedEvaluator:
         if todo:
             if self.deadline is not None and time.monotonic() > self.deadline:
                 raise StudyDeadline(f"time limit reached before evaluating {len(todo)} specs on {problem}")
+            if self.model_deadline is not None and self.modeled_elapsed() > self.model_deadline:
+                raise StudyDeadline(f"modelled time limit reached before evaluating {len(todo)} specs on {problem}")
             phases0 = dict(getattr(self.inner, "phase_s", {}) or {})
             t0 = time.perf_counter()
             if hasattr(self.inner, "add_profile"):
                 fresh = self.inner.evaluate(problem, todo, profile=profile)
             else:
                 fresh = self.inner.evaluate(problem, todo)
-            a["eval_s"] += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            a["eval_s"] += dt
             for k, v in (getattr(self.inner, "phase_s", {}) or {}).items():
                 a["phase_s"][k] += v - phases0.get(k, 0.0)
             prof = {"name": profile, "sig": self.profiles[profile]["sig"]}
-            new = []
-            for s, m in zip(todo, fresh):
-                if m is None:
-                    continue              # replay: nothing measured near it
-                m.meta = {**m.meta, "profile": prof, "tag": tag}
+            new = [(s, m) for s, m in zip(todo, fresh) if m is not None]    # None: replay, nothing near it
+            modeled = 0.0
+            if self.model is not None:
+                ahead = sum((problem.text, m.spec) in self._ahead for _, m in new)
+                modeled = self.model.call_s(problem, [m for _, m in new], self.profiles[profile]["config"],
+                                            switched=problem.text != self._last_problem, ahead=ahead,
+                                            group_step=tag in ("train", "policy"))
+                a["modeled_s"] += modeled
+            # Each new measurement carries an equal share of its call's seconds (and of the modelled
+            # ones): what a shape or a method's first proposals cost is then known from the store
+            # alone, across resumed runs.
+            share = {"eval_s": round(dt / max(len(new), 1), 6)}
+            if self.model is not None:
+                share["modeled_s"] = round(modeled / max(len(new), 1), 6)
+            for s, m in new:
+                m.meta = {**m.meta, "profile": prof, "tag": tag, **share}
                 key = (profile, problem.text, s.text if hasattr(s, "text") else str(s))
                 self.cache[key] = m
                 self._origin[key] = "run"
-                new.append(m)
+            new = [m for _, m in new]
             rows = []
             for m in new:
                 if (profile, problem.text, m.spec) not in self._stored:
@@ -161,12 +184,6 @@ class SharedEvaluator:
                 self.store.add(rows, run_id=self.run_id)   # one transaction per call
             if rows and self.on_new is not None:
                 self.on_new(problem, rows)
-            if self.model is not None:
-                ahead = sum((problem.text, m.spec) in self._ahead for m in new)
-                s = self.model.call_s(problem, new, self.profiles[profile]["config"],
-                                      switched=problem.text != self._last_problem, ahead=ahead,
-                                      group_step=tag in ("train", "policy"))
-                a["modeled_s"] += s
             self._last_problem = problem.text
         return [_copy(self.cache[(profile, problem.text, t)]) if (profile, problem.text, t) in self.cache else None
                 for t in texts]
@@ -183,6 +200,24 @@ class SharedEvaluator:
         out["eval_s"] = round(out["eval_s"], 3)
         out["modeled_s"] = round(out["modeled_s"], 3)
         out["phase_s"] = {k: round(v, 3) for k, v in out["phase_s"].items()}
+        return out
+
+    def spent(self, problem: Problem) -> dict:
+        """Seconds spent measuring `problem`, from each distinct measurement's share of its call
+        (this run's and the store's): {"eval_s", "modeled_s", "n", "by": {(profile, tag): {...}}}."""
+        for prof in self.profiles:
+            self._load(problem, prof)
+        seen: dict[tuple[str, str], Measurement] = {}
+        for (prof, prob, _), m in self.cache.items():
+            if prob == problem.text:
+                seen.setdefault((prof, m.spec), m)
+        out = {"eval_s": 0.0, "modeled_s": 0.0, "n": 0, "by": {}}
+        for (prof, _), m in seen.items():
+            b = out["by"].setdefault(f"{prof}:{m.meta.get('tag', '?')}", {"eval_s": 0.0, "modeled_s": 0.0, "n": 0})
+            for d in (out, b):
+                d["eval_s"] += float(m.meta.get("eval_s") or 0.0)
+                d["modeled_s"] += float(m.meta.get("modeled_s") or 0.0)
+                d["n"] += 1
         return out
 
     def close(self) -> None:

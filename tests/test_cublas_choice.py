@@ -72,7 +72,10 @@ def test_legacy_entries_get_the_margin_over_their_one_timing():
     wide shape where autotune won by 32% keeps its algorithm."""
     reg = Registry.load()
     big = reg.lookup(Problem(8192, 4096, 8192), "h200-sm90")
-    assert big.dispatch is None and legacy_choice(big.baselines_us)["target"] == "torch"
+    # A legacy entry when this was written; `registry add-timings` (db6ec9d) gave it a record of two
+    # timings since: torch.matmul either way.
+    assert legacy_choice(big.baselines_us)["target"] == "torch"
+    assert big.dispatch is None or big.dispatch["target"] == "torch"
     assert lt_dispatch.choose(big, V)[0] == "torch"
     wide = reg.lookup(Problem(12288, 16384, 256), "h200-sm90")
     assert wide.baselines_us["torch"] / wide.baselines_us[AT] > 1.3
