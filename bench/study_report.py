@@ -20,10 +20,12 @@ import csv
 import math
 from pathlib import Path
 
+from cudal2.problems import Problem
+from cudal2.stats import SHAPE_CLASSES as CLASSES
+from study_shapes import offgrid as _offgrid
+
 RATIO_FLOOR = 0.1
 REACH = 0.98
-CLASSES = ("small", "skinny", "starved", "shortK", "mid", "large")
-GRID = frozenset((64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384))
 
 
 def _gm(xs) -> float | None:
@@ -32,8 +34,7 @@ def _gm(xs) -> float | None:
 
 
 def offgrid(problem: str) -> bool:
-    m, n, k = (int(x) for x in problem.split(":")[0].split("x"))
-    return not {m, n, k} <= GRID
+    return _offgrid(Problem.parse(problem))
 
 
 def _secs_key(result: dict) -> str:

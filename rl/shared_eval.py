@@ -153,28 +153,27 @@ class SharedEvaluator:
             for k, v in (getattr(self.inner, "phase_s", {}) or {}).items():
                 a["phase_s"][k] += v - phases0.get(k, 0.0)
             prof = {"name": profile, "sig": self.profiles[profile]["sig"]}
-            new = [(s, m) for s, m in zip(todo, fresh) if m is not None]    # None: replay, nothing near it
+            got = [(s, m) for s, m in zip(todo, fresh) if m is not None]    # None: replay, nothing near it
             modeled = 0.0
             if self.model is not None:
-                ahead = sum((problem.text, m.spec) in self._ahead for _, m in new)
-                modeled = self.model.call_s(problem, [m for _, m in new], self.profiles[profile]["config"],
+                ahead = sum((problem.text, m.spec) in self._ahead for _, m in got)
+                modeled = self.model.call_s(problem, [m for _, m in got], self.profiles[profile]["config"],
                                             switched=problem.text != self._last_problem, ahead=ahead,
                                             group_step=tag in ("train", "policy"))
                 a["modeled_s"] += modeled
             # Each new measurement carries an equal share of its call's seconds (and of the modelled
             # ones): what a shape or a method's first proposals cost is then known from the store
             # alone, across resumed runs.
-            share = {"eval_s": round(dt / max(len(new), 1), 6)}
+            share = {"eval_s": round(dt / max(len(got), 1), 6)}
             if self.model is not None:
-                share["modeled_s"] = round(modeled / max(len(new), 1), 6)
-            for s, m in new:
+                share["modeled_s"] = round(modeled / max(len(got), 1), 6)
+            for s, m in got:
                 m.meta = {**m.meta, "profile": prof, "tag": tag, **share}
                 key = (profile, problem.text, s.text if hasattr(s, "text") else str(s))
                 self.cache[key] = m
                 self._origin[key] = "run"
-            new = [m for _, m in new]
             rows = []
-            for m in new:
+            for _, m in got:
                 if (profile, problem.text, m.spec) not in self._stored:
                     self._stored.add((profile, problem.text, m.spec))
                     rows.append(_copy(m))

@@ -18,6 +18,7 @@ from .record import add_timings, compare_timings, record_cublas, record_scope, r
 
 # Every public name, so `from cudal2.registry import X` keeps working for all callers.
 __all__ = ["CUBLAS_MARGIN", "DISPATCH_TARGETS", "add_timings", "compare_timings", "cublas_choice",
-           "legacy_choice", "record_scope", "scope_problems", "BACKENDS", "ENV", "FORMAT", "SUFFIX", "VERSION", "Entry", "Registry", "RegistryError",
-           "VerifyResult", "check_margin", "check_render", "default_root", "log_distance", "record_cublas",
-           "record_winner", "sha256_text", "shipped_root", "target_for_key"]
+           "legacy_choice", "record_scope", "scope_problems", "BACKENDS", "ENV", "FORMAT", "SUFFIX",
+           "VERSION", "Entry", "Registry", "RegistryError", "VerifyResult", "check_margin", "check_render",
+           "default_root", "log_distance", "record_cublas", "record_winner", "sha256_text", "shipped_root",
+           "target_for_key"]

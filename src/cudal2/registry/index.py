@@ -334,19 +334,13 @@ class Registry:
     def set_lt_algos(self, device_key: str, algos: dict) -> int:
         """Attach cuBLASLt autotune's algorithms ({problem text: lt_algo}) to this device's cublas
         entries, in one index write; returns how many entries changed."""
-        with _locked(self.root):
-            fresh = Registry.load(self.root)
-            n = 0
-            for problem, e in fresh.entries.get(device_key, {}).items():
-                a = algos.get(problem)
-                if e.backend == "cublas" and a is not None and e.lt_algo != a:
-                    e.lt_algo = a
-                    e.validate()
-                    n += 1
-            if n:
-                _atomic_write(self.root / "index.json", fresh.to_json())
-            self.entries = fresh.entries
-        return n
+        def attach(e: Entry) -> bool:
+            a = algos.get(e.problem)
+            if e.backend != "cublas" or a is None or e.lt_algo == a:
+                return False
+            e.lt_algo = a
+            return True
+        return len(self.update(device_key, attach))
 
     def update(self, device_key: str, fn) -> list[Entry]:
         """Apply `fn(entry) -> bool` (True: it changed the entry in place) to every entry of
@@ -367,24 +361,18 @@ class Registry:
         filed before it); the kernel's time and spec stay in `times`. One index write; returns the
         re-filed entries. Their sources stay on disk: `export` copies only the sources still named."""
         check_margin(margin)
-        with _locked(self.root):
-            fresh = Registry.load(self.root)
-            changed = []
-            for e in fresh.entries.get(device_key, {}).values():
-                win = e.speedup()
-                if e.backend == "cublas" or win is None or win >= margin:
-                    continue
-                e.times = {**e.times, "best_kernel_us": e.time_us, "best_kernel_spec": e.spec,
-                           "refiled": f"win {win:.4f}x under margin {margin}"}
-                e.backend, e.spec, e.source, e.sha256 = "cublas", "", None, None
-                e.scope = None          # the kernel's measured range goes with it
-                e.time_us = e.best_cublas_us
-                e.validate()
-                changed.append(e)
-            if changed:
-                _atomic_write(self.root / "index.json", fresh.to_json())
-            self.entries = fresh.entries
-        return changed
+
+        def refile(e: Entry) -> bool:
+            win = e.speedup()
+            if e.backend == "cublas" or win is None or win >= margin:
+                return False
+            e.times = {**e.times, "best_kernel_us": e.time_us, "best_kernel_spec": e.spec,
+                       "refiled": f"win {win:.4f}x under margin {margin}"}
+            e.backend, e.spec, e.source, e.sha256 = "cublas", "", None, None
+            e.scope = None          # the kernel's measured range goes with it
+            e.time_us = e.best_cublas_us
+            return True
+        return self.update(device_key, refile)
 
     def rerender(self) -> list[Entry]:
         """Re-render every kernel entry whose backend no longer renders its spec to the stored source

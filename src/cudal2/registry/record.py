@@ -119,11 +119,10 @@ def add_timings(registry_path, device_key: str, timings: dict,
         if e.backend != "cublas" or not t:
             return False
         old = e.dispatch or evidence.legacy_choice(e.baselines_us)
-        reps = [dict(r) for r in (e.dispatch or {}).get("repeats") or [e.baselines_us] if r]
+        reps = [dict(r) for r in old["repeats"] if r]
         if dict(t) in reps:           # the same timing twice is not a second run
             return False
-        new = evidence.cublas_choice(reps + [dict(t)], margin or (e.dispatch or {}).get("margin")
-                                     or evidence.CUBLAS_MARGIN)
+        new = evidence.cublas_choice(reps + [dict(t)], margin or old["margin"])
         e.dispatch = new
         moved.append((e, old["target"], new["target"]))
         return True
