@@ -94,6 +94,33 @@ def candidates(p, dev, n: int) -> list:
     return out[:n]
 
 
+def wide_candidates(p, dev, n: int) -> list:
+    """Every valid stream spec for p whose CTAs fit in one wave by shared memory (the launch is
+    latency-bound at decode: a second wave doubles it; run 30's two-wave picks lost 0.71-0.78x) and
+    cover at least a quarter of the SMs, with no ring deeper than a warp's chunks need; up to n,
+    fewest CTAs per SM first."""
+    import itertools
+    from cudal2.spec import KernelSpec, is_valid, stream_smem
+    small, big = min(p.M, p.N), max(p.M, p.N)
+    sms = dev.sm_count or 132
+    bn_fit = next((b for b in (16, 32, 48, 64) if b >= small), 64)
+    nch = math.ceil(p.K / 32)
+    out: list = []
+    for bm, bn, warps, sp in itertools.product((16, 32, 64, 128), sorted({bn_fit, 16}), (2, 4, 8), SPLITS):
+        per_warp = math.ceil(math.ceil(nch / sp) / warps)
+        ctas = math.ceil(big / bm) * math.ceil(small / bn) * sp
+        for st in range(2, 9):
+            if st > max(2, per_warp + 1):
+                break
+            spec = KernelSpec.parse(f"backend=cuda family=stream bm={bm} bn={bn} warps={warps} stages={st} split_k={sp}")
+            if not is_valid(spec, p, dev):
+                continue
+            per_sm = dev.smem_per_sm // (stream_smem(spec.to_dict(), p.layout) + 1024)   # + the reserved 1 KB
+            if sms // 4 <= ctas <= per_sm * sms:
+                out.append((ctas / (per_sm * sms), spec))
+    return [s for _, s in sorted(out, key=lambda x: x[0])][:n]
+
+
 def _compile_one(args):
     text, shape, layout = args
     from cudal2.backends import get_backend
@@ -149,6 +176,8 @@ def bench_shape(setname: str, source: str, p, specs: list, dev, args, bw: float)
     names = BASELINES_NN if p.layout == "nn" else BASELINES_NT
     reasons: dict = {}
     fns = dict(prepare(names, p, a, b, c0, reasons=reasons))
+    one = torch.empty(1, dtype=torch.float16, device="cuda")
+    fns["floor"] = lambda: one.fill_(0.0)      # the GPU time of a minimal kernel in this run
     status = {}
     for spec in specs:
         try:
@@ -170,6 +199,7 @@ def bench_shape(setname: str, source: str, p, specs: list, dev, args, bw: float)
     row = {"set": setname, "source": source, "shape": p.shape, "layout": p.layout, "M": p.M, "N": p.N, "K": p.K,
            "class": _shape_class(p.M, p.N, p.K), "mbytes": round(nbytes / 1e6, 3),
            "best_cublas": base_name, "cublas_us": round(base_us, 3),
+           "floor_us": round(off["floor"].median_us, 3),
            "cublas_tbs": round(nbytes / base_us / 1e6, 3), "cublas_of_copy": round(nbytes / base_us / 1e6 / (bw / 1e12), 3)}
     per_spec = [{"spec": s, "status": why, "us": round(off[s].median_us, 3) if s in off else None,
                  "spread": round(off[s].spread, 4) if s in off else None} for s, why in status.items()]
@@ -225,6 +255,8 @@ def main() -> int:
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--configs", default=",".join(sorted(str(p) for p in CONFIGS.glob("*.json"))))
     ap.add_argument("--specs-per-shape", type=int, default=6)
+    ap.add_argument("--space", choices=("few", "wide"), default="few",
+                    help="few: a handful of two-wave picks per shape; wide: every one-wave spec (up to --specs-per-shape)")
     ap.add_argument("--min-ms", type=float, default=10.0, help="offline timing per function, at least")
     ap.add_argument("--max-calls", type=int, default=2000, help="offline calls per function, at most")
     ap.add_argument("--server-calls", type=int, default=20, help="server-mode calls per function (0: skip)")
@@ -254,7 +286,8 @@ def main() -> int:
         work += decode_set([Path(c) for c in args.configs.split(",") if c], tokens)
     if "skinny" in sets:
         work += skinny_set([l for l in args.layouts.split(",") if l], args.skinny_stride)
-    plan = [(s, src, p, candidates(p, dev, args.specs_per_shape)) for s, src, p in work]
+    pick = wide_candidates if args.space == "wide" else candidates
+    plan = [(s, src, p, pick(p, dev, args.specs_per_shape)) for s, src, p in work]
     precompile([(spec, (p.M, p.N, p.K), p.layout) for _, _, p, specs in plan for spec in specs], args.procs)
     bw = copy_bandwidth(50.0)
     print(f"{len(plan)} shapes; copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
