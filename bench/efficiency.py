@@ -109,9 +109,10 @@ def fixed_list(problem: Problem, device, n: int, backends=None) -> list:
 
 def cost_list(problem: Problem, device, n: int, ranker, backends=None) -> list:
     """The cost method's proposals: the n best of the shape's pool by `ranker` (a CostModel, or
-    anything with its `rank(problem, specs)`), exactly as `--seed-list cost:N` (rl/staged.py)."""
-    from cudal2.rl.staged import seed_specs
-    return seed_specs(n, problem, device, backends, "cost", ranker=ranker)
+    anything with its `rank(problem, specs)`), as `--seed-list cost:N` (rl/staged.py) without its
+    decode lead (the stream rule's seeds): the cost model alone."""
+    from cudal2.rl.staged import kind_seeds
+    return kind_seeds(n, problem, device, backends, "cost", ranker, n)
 
 
 def method_lists(problem: Problem, device, n: int, methods, *, seed: int = 0, backends=None, ranker=None) -> dict:

@@ -95,6 +95,19 @@ def split_k_variants(p: Problem, device, backends=None) -> list[KernelSpec]:
     return out
 
 
+def decode_lead(n: int, problem: Problem, device, backends=None) -> list[KernelSpec]:
+    """The stream family's first seeds on a decode / skinny shape (cudal2.stream_tiles' one-wave
+    rule): three quarters of n where min(M, N) <= 16 (there the best one-wave stream spec beat
+    best-cublas on 15 of 24 model projections, H200 2026-12-04, and wgmma lost: 0.65-0.95x), one
+    quarter (at least one) up to 64, where wgmma also wins; none elsewhere or without the cuda backend."""
+    from cudal2.stream_tiles import stream_candidates
+    small = min(problem.M, problem.N)
+    if n <= 0 or small > 64 or (backends and "cuda" not in backends):
+        return []
+    want = n - n // 4 if small <= 16 else max(1, n // 4)
+    return stream_candidates(problem, device, want)
+
+
 def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fixed",
                ranker=None) -> list[KernelSpec]:
     """The first evaluations of a shape, known before anything is measured (so they compile ahead).
@@ -104,9 +117,23 @@ def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fix
     model: on a Hopper card with the cuda backend, half the seeds are the wgmma family's best
     modelled specs (cudal2.tiles: whole waves, split-K where tiles cannot fill the SMs, the deepest
     ring that fits), the rest as auto; elsewhere the same as auto. cost: the n best of a pool of
-    candidates by the learned cost model `ranker` (rl/costrank.py; `cudal2 train` makes it)."""
+    candidates by the learned cost model `ranker` (rl/costrank.py; `cudal2 train` makes it).
+    Every kind but fixed leads with `decode_lead` on a decode / skinny shape."""
     if n <= 0:
         return []
+    if kind == "fixed":
+        return FixedListPolicy.candidates(problem, device, backends)[:n]
+    lead = decode_lead(n, problem, device, backends)
+    out = lead + [s for s in kind_seeds(n - len(lead), problem, device, backends, kind, ranker, n)
+                  if s not in lead]
+    if len(out) < n:            # the kind's list repeated a lead seed: fill from its longer list
+        out += [s for s in kind_seeds(n, problem, device, backends, kind, ranker, n) if s not in out]
+    return out[:n]
+
+
+def kind_seeds(n: int, problem: Problem, device, backends, kind: str, ranker, total: int) -> list[KernelSpec]:
+    """n seeds of one kind without the decode lead (the efficiency study's cost method is the cost
+    model alone); `total` is the whole seed list's length (auto gives split-K half of it)."""
     if kind == "cost":
         if ranker is None:
             raise SeedListError("--seed-list cost:N needs a cost model (--cost-model PATH)")
@@ -116,21 +143,14 @@ def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fix
         return cost_seeds(n, problem, device, backends, ranker, extra)
     if kind == "model":
         lead = model_seeds(n - n // 2, problem, device, backends)
-        rest = [s for s in seed_specs(n, problem, device, backends, "auto") if s not in lead]
+        rest = [s for s in kind_seeds(n, problem, device, backends, "auto", None, total) if s not in lead]
         return (lead + rest)[:n]
     fixed = FixedListPolicy.candidates(problem, device, backends)
-    if kind == "fixed":
-        return fixed[:n]
     ordered = [s for s in fixed if fits(problem, s)] + [s for s in fixed if not fits(problem, s)]
     split = split_k_variants(problem, device, backends) if starved(problem, device) else []
-    # Decode / skinny (min(M, N) <= 64): a quarter of the seeds (at least one) from the stream family
-    # (issue 20), taken from the ordinary seeds' share; the fixed list's family interleaving would
-    # otherwise put it past the first few.
-    lead = [s for s in ordered if s.family == "stream"][: max(1, n // 4)] if min(problem.M, problem.N) <= 64 else []
-    ordered = [s for s in ordered if s not in lead]
-    n_keep = n - len(lead) - (min(n // 2, len(split)) if split else 0)
+    n_keep = n - (min(total // 2, len(split)) if split else 0)
     keep = [s for s in ordered if s.split_k == 1][:n_keep] if split else ordered[:n_keep]
-    return (lead + keep + [v for v in split if v not in keep])[:n]
+    return (keep + [v for v in split if v not in keep])[:n]
 
 
 def model_seeds(n: int, problem: Problem, device, backends=None) -> list[KernelSpec]:

@@ -15,7 +15,7 @@ from cudal2.testing.standin import HashClock
 from cudal2.problems import Problem
 from cudal2.registry import Registry
 from cudal2.rl.search import FixedListPolicy
-from cudal2.rl.staged import SeedListError, model_seeds, parse_seed_list, seed_specs, starved
+from cudal2.rl.staged import SeedListError, decode_lead, model_seeds, parse_seed_list, seed_specs, starved
 from cudal2.spec import is_valid
 from cudal2.store import Store
 
@@ -337,8 +337,14 @@ def test_model_seeds_lead_with_the_wgmma_cost_model(shape):
     p = Problem.parse(shape)
     seeds = seed_specs(6, p, H200, ("triton", "cuda"), "model")
     assert len(seeds) == 6 == len({s.text for s in seeds}) and all(is_valid(s, p, H200) for s in seeds)
-    assert seeds[:3] == candidates(p, H200, 3)[:3]               # half from the model, best first
-    assert seeds[3:] == [s for s in seed_specs(6, p, H200, ("triton", "cuda"), "auto") if s not in seeds[:3]][:3]
+    # A decode / skinny shape leads with the stream rule's seeds (one here: 16 < min(M, N) <= 64).
+    lead = decode_lead(6, p, H200, ("triton", "cuda"))
+    assert len(lead) == (1 if min(p.M, p.N) <= 64 else 0) and seeds[:len(lead)] == lead
+    rest = seeds[len(lead):]
+    half = (6 - len(lead)) - (6 - len(lead)) // 2
+    assert rest[:half] == candidates(p, H200, half)[:half]      # about half from the model, best first
+    auto = [s for s in seed_specs(6, p, H200, ("triton", "cuda"), "auto") if s not in seeds[:len(lead) + half]]
+    assert rest[half:] == auto[:len(rest) - half]
     # No cuda backend, or no Hopper: the model has nothing to offer and model = auto.
     assert seed_specs(6, p, H200, ("triton",), "model") == seed_specs(6, p, H200, ("triton",), "auto")
     assert parse_seed_list("model:6") == ("model", 6)

@@ -58,6 +58,21 @@ def test_checker(gpu_device, shape, layout):
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt"])
+@pytest.mark.parametrize("spec", ["bm=32 bn=16 warps=4 stages=4 split_k=2", "bm=16 bn=16 warps=8 stages=3 split_k=4"])
+def test_exactly_48k_dynamic_smem(gpu_device, spec, layout):
+    """Rings of exactly 48 KB with split-K (its static flag on top): the launcher must raise the
+    dynamic smem cap; before, these failed to launch (H200 decode sweep, 2026-12-04)."""
+    from cudal2.backends import get_backend
+    from cudal2.spec import stream_smem
+    p = Problem(4, 1024, 4096, layout)
+    s = validate(KernelSpec.parse("backend=cuda family=stream " + spec), p, gpu_device)
+    assert stream_smem(s.to_dict(), layout) == 48 * 1024
+    be = get_backend("cuda")
+    rep = check_kernel(be.load(be.compile(s, p, gpu_device)), p, "cuda", checks=[c for c in CHECKS if c != "edges"])
+    assert rep.passed, _report(rep, f"{p} {spec}")
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt"])
 @pytest.mark.parametrize("key", list(SPECS))
 def test_edges(gpu_device, key, layout):
     """The full checker with its edge shapes (1, 17, 100, 1000, 3000 on each axis) where supported."""

@@ -68,7 +68,10 @@ class CudaKernel:
         self.smem = int(artifact.meta["smem_dynamic"])
         attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         for n, f in self.funcs.items():
-            if n != "cudal2_splitk_reduce" and self.smem > 48 * 1024:
+            # Raised whenever there is dynamic smem, not only past 48 KB: the default cap is 48 KB
+            # minus the kernel's static smem, so a stream split-K spec with exactly 48 KB of ring
+            # (+ its 4-byte static flag) failed to launch (H200, 2026-12-04, decode sweep: 15 specs).
+            if n != "cudal2_splitk_reduce" and self.smem > 0:
                 check(d.cuFuncSetAttribute(f, attr, self.smem), f"cuFuncSetAttribute({n}, {self.smem} B smem)")
         if self.family == "wgmma" and cluster_split(self.spec) and self.spec.split_k > 8:
             # the cluster split-K's cluster is split_k CTAs: past 8 (portable) the kernel must opt in.
