@@ -6,6 +6,9 @@ Sets (issue 20):
            (nn.Linear); through cudal2.problems.problems_from_hf_config.
   skinny   the grid shapes of class `skinny` (../shared/classes.py: 1-100 GFLOP, min(M, N) <= 64),
            layouts nn and nt.
+  small    the grid shapes of class `small` (< 1 GFLOP) with min(M, N) <= 64 (126 of 304 a layout).
+Specs per shape (--space): few (two-wave picks, the first rounds), wide (every one-wave spec),
+rule (cudal2.stream_tiles, what the search seeds with).
 Per shape: a few stream specs (tiles and split-K picked so the CTAs cover the SMs; compiled ahead
 in a process pool), each given the checker's random check, then all of them and the baselines
 timed together, interleaved (cudal2.timing.offline), then the fastest stream spec and the baselines
@@ -58,12 +61,14 @@ def decode_set(configs: list[Path], tokens) -> list:
     return out
 
 
-def skinny_set(layouts, stride: int = 1) -> list:
+def skinny_set(layouts, stride: int = 1, cls: str = "skinny") -> list:
+    """Grid shapes of class `cls` that the stream family serves (min(M, N) <= 64): all of skinny,
+    126 of small's 304 per layout."""
     from cudal2.problems import grid
     out = []
     for layout in layouts:
-        shapes = [p for p in grid(layout) if _shape_class(p.M, p.N, p.K) == "skinny"]
-        out += [("skinny", "grid", p) for p in shapes[::stride]]
+        shapes = [p for p in grid(layout) if _shape_class(p.M, p.N, p.K) == cls and min(p.M, p.N) <= 64]
+        out += [(cls, "grid", p) for p in shapes[::stride]]
     return out
 
 
@@ -250,13 +255,15 @@ def summary(rows: list, bw: float) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results/h200-sm90")
-    ap.add_argument("--sets", default="decode,skinny", help="decode, skinny or both")
+    ap.add_argument("--sets", default="decode,skinny",
+                    help="any of decode, skinny, small (grid small-class shapes with min(M, N) <= 64)")
     ap.add_argument("--layouts", default="nn,nt", help="layouts of the skinny set (decode is nt)")
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--configs", default=",".join(sorted(str(p) for p in CONFIGS.glob("*.json"))))
     ap.add_argument("--specs-per-shape", type=int, default=6)
-    ap.add_argument("--space", choices=("few", "wide"), default="few",
-                    help="few: a handful of two-wave picks per shape; wide: every one-wave spec (up to --specs-per-shape)")
+    ap.add_argument("--space", choices=("few", "wide", "rule"), default="few",
+                    help="few: a handful of two-wave picks per shape; wide: every one-wave spec (up to "
+                         "--specs-per-shape); rule: cudal2.stream_tiles' first --specs-per-shape (the search's seeds)")
     ap.add_argument("--min-ms", type=float, default=10.0, help="offline timing per function, at least")
     ap.add_argument("--max-calls", type=int, default=2000, help="offline calls per function, at most")
     ap.add_argument("--server-calls", type=int, default=20, help="server-mode calls per function (0: skip)")
@@ -284,9 +291,11 @@ def main() -> int:
     work = []
     if "decode" in sets:
         work += decode_set([Path(c) for c in args.configs.split(",") if c], tokens)
-    if "skinny" in sets:
-        work += skinny_set([l for l in args.layouts.split(",") if l], args.skinny_stride)
-    pick = wide_candidates if args.space == "wide" else candidates
+    for cls in ("skinny", "small"):
+        if cls in sets:
+            work += skinny_set([l for l in args.layouts.split(",") if l], args.skinny_stride, cls)
+    from cudal2.stream_tiles import stream_candidates
+    pick = {"wide": wide_candidates, "few": candidates, "rule": lambda p, d, n: stream_candidates(p, d, n)}[args.space]
     plan = [(s, src, p, pick(p, dev, args.specs_per_shape)) for s, src, p in work]
     precompile([(spec, (p.M, p.N, p.K), p.layout) for _, _, p, specs in plan for spec in specs], args.procs)
     bw = copy_bandwidth(50.0)
