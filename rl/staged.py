@@ -96,15 +96,18 @@ def split_k_variants(p: Problem, device, backends=None) -> list[KernelSpec]:
 
 
 def decode_lead(n: int, problem: Problem, device, backends=None) -> list[KernelSpec]:
-    """The stream family's first seeds on a decode / skinny shape (cudal2.stream_tiles' one-wave
-    rule): three quarters of n where min(M, N) <= 16 (there the best one-wave stream spec beat
-    best-cublas on 15 of 24 model projections, H200 2026-12-04, and wgmma lost: 0.65-0.95x), one
-    quarter (at least one) up to 64, where wgmma also wins; none elsewhere or without the cuda backend."""
+    """The stream family's first seeds on a decode shape (cudal2.stream_tiles' one-wave rule), by
+    what was measured on the H200 (2026-12-04): min(M, N) <= 16, three quarters of n (the best
+    one-wave stream spec beat best-cublas on 15 of 24 model projections, where wgmma lost at
+    0.65-0.95x; filed on 40 of 80 model-set shapes at 1.03-1.25x, run 42); 17..32, one (not
+    measured); 33..64, none (the rule's best of 8 ran 0.38-0.70x of best-cublas geomean per class
+    and layout over 90 grid small / skinny shapes with min(M, N) = 64, none won, decode/
+    decode_h200-sm90_9963722). None without the cuda backend."""
     from cudal2.stream_tiles import stream_candidates
     small = min(problem.M, problem.N)
-    if n <= 0 or small > 64 or (backends and "cuda" not in backends):
+    if n <= 0 or small > 32 or (backends and "cuda" not in backends):
         return []
-    want = n - n // 4 if small <= 16 else max(1, n // 4)
+    want = n - n // 4 if small <= 16 else 1
     return stream_candidates(problem, device, want)
 
 

@@ -250,7 +250,7 @@ def test_auto_seeds_split_k_where_the_tiles_cannot_fill_the_sms(shape):
     seeds = seed_specs(4, p, H200, ("triton", "cuda"), "auto")
     assert len(seeds) == 4 == len({s.text for s in seeds})
     assert all(is_valid(s, p, H200) for s in seeds)
-    assert [s.family for s in seeds].count("stream") == (min(p.M, p.N) <= 64)   # skinny: one stream seed
+    assert [s.family for s in seeds].count("stream") == 0     # min(M, N) >= 64: the stream rule measured to lose
     split = [s for s in seeds if s.split_k > 1 and s.family != "stream"]
     assert len(split) == 2 and {s.family for s in split} <= {"tiled", "mma"}
     for s in split:
@@ -337,9 +337,9 @@ def test_model_seeds_lead_with_the_wgmma_cost_model(shape):
     p = Problem.parse(shape)
     seeds = seed_specs(6, p, H200, ("triton", "cuda"), "model")
     assert len(seeds) == 6 == len({s.text for s in seeds}) and all(is_valid(s, p, H200) for s in seeds)
-    # A decode / skinny shape leads with the stream rule's seeds (one here: 16 < min(M, N) <= 64).
+    # A decode shape leads with the stream rule's seeds; none of these has min(M, N) <= 32.
     lead = decode_lead(6, p, H200, ("triton", "cuda"))
-    assert len(lead) == (1 if min(p.M, p.N) <= 64 else 0) and seeds[:len(lead)] == lead
+    assert lead == [] and decode_lead(6, Problem(32, p.N, p.K, p.layout), H200, ("triton", "cuda"))
     rest = seeds[len(lead):]
     half = (6 - len(lead)) - (6 - len(lead)) // 2
     assert rest[:half] == candidates(p, H200, half)[:half]      # about half from the model, best first
