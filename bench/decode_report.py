@@ -1,0 +1,127 @@
+"""Issue 20's decode-set table from a compare run, as dispatched: per M and per projection, cudal2
+vs best-cublas offline and server, with achieved TB/s (PROTOCOL bytes 2(MK + KN + MN) / time) and
+that over the compare run's measured copy bandwidth.
+
+  python3 bench/decode_report.py COMPARE.json [--configs bench/configs/llama-3-8b.json,...]
+                                 [--tokens 1,2,4,8,16,32,64] [--out DIR]
+
+COMPARE.json is `cudal2 compare --json` over a set holding the decode shapes (the model set holds
+them). A shape that cudal2 dispatches to torch.matmul has no cudal2 column: its time is
+torch.matmul's (that is what runs). Writes decode_set.md and decode_set.csv under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIGS = ("bench/configs/llama-3-8b.json", "bench/configs/qwen2.5-7b.json")
+
+
+def geo(xs) -> float:
+    xs = [x for x in xs if x]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def dispatched_us(row: dict, mode: str) -> float | None:
+    """cudal2's time as dispatched: its own column, else torch.matmul's (a cuBLAS entry running it)."""
+    key = "median_us" if mode == "offline" else "mean_us"
+    t = row.get(f"{mode}_cudal2_{key}")
+    return t if t is not None else row.get(f"{mode}_torch_{key}")
+
+
+def decode_rows(compare: dict, problems) -> list[dict]:
+    by = {(r["M"], r["N"], r["K"], r["layout"]): r for r in compare["rows"]}
+    bw = compare["peak"]["bw"]
+    out = []
+    for p in problems:
+        r = by.get((p.M, p.N, p.K, p.layout))
+        if r is None:
+            continue
+        nbytes = 2 * (p.M * p.K + p.K * p.N + p.M * p.N)
+        row = {"shape": p.shape, "M": p.M, "N": p.N, "K": p.K, "via": r.get("cudal2_via") or "torch"}
+        for mode, key in (("offline", "median_us"), ("server", "mean_us")):
+            t, b = dispatched_us(r, mode), r.get(f"{mode}_best_cublas_us")
+            if not t or not b:
+                continue
+            row.update({f"{mode}_us": round(t, 3), f"{mode}_best_cublas_us": round(b, 3),
+                        f"{mode}_vs_best": round(b / t, 4), f"{mode}_tbs": round(nbytes / t / 1e6, 3),
+                        f"{mode}_cublas_tbs": round(nbytes / b / 1e6, 3),
+                        f"{mode}_of_copy": round(nbytes / t / 1e6 / (bw / 1e12), 3)})
+        out.append(row)
+    return out
+
+
+def table(rows: list[dict], bw: float) -> str:
+    lines = [f"copy bandwidth (the compare run's, read + write): {bw / 1e12:.2f} TB/s", "",
+             "| M | shapes | offline vs best-cublas, geomean / worst | server, geomean / worst | "
+             "TB/s offline, cudal2 / cuBLAS (median) | of copy (median) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else float("nan")   # noqa: E731
+    for m in sorted({r["M"] for r in rows}):
+        rs = [r for r in rows if r["M"] == m and "offline_vs_best" in r]
+        lines.append(f"| {m} | {len(rs)} | {geo(r['offline_vs_best'] for r in rs):.3f} / "
+                     f"{min(r['offline_vs_best'] for r in rs):.3f} | "
+                     f"{geo(r.get('server_vs_best') for r in rs):.3f} / "
+                     f"{min((r['server_vs_best'] for r in rs if 'server_vs_best' in r), default=float('nan')):.3f} | "
+                     f"{med([r['offline_tbs'] for r in rs]):.2f} / {med([r['offline_cublas_tbs'] for r in rs]):.2f} | "
+                     f"{med([r['offline_of_copy'] for r in rs]):.2f} |")
+    rs = [r for r in rows if "offline_vs_best" in r]
+    lines.append(f"| all | {len(rs)} | {geo(r['offline_vs_best'] for r in rs):.3f} / "
+                 f"{min(r['offline_vs_best'] for r in rs):.3f} | {geo(r.get('server_vs_best') for r in rs):.3f} / "
+                 f"{min((r['server_vs_best'] for r in rs if 'server_vs_best' in r), default=float('nan')):.3f} | | |")
+    lines += ["", "Per shape (offline): cudal2 as dispatched, TB/s and the fraction of the copy's.", "",
+              "| shape | dispatched to | vs best-cublas | TB/s (cuBLAS) | of copy | server vs best | server TB/s (cuBLAS) |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['shape']} | {r['via']} | {r.get('offline_vs_best', float('nan')):.3f} | "
+                     f"{r.get('offline_tbs', float('nan')):.2f} ({r.get('offline_cublas_tbs', float('nan')):.2f}) | "
+                     f"{r.get('offline_of_copy', float('nan')):.2f} | {r.get('server_vs_best', float('nan')):.3f} | "
+                     f"{r.get('server_tbs', float('nan')):.2f} ({r.get('server_cublas_tbs', float('nan')):.2f}) |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("compare", help="cudal2 compare --json output")
+    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
+    ap.add_argument("--tokens", default="1,2,4,8,16,32,64")
+    ap.add_argument("--out", default=None, help="folder for decode_set.md / .csv (default: beside COMPARE)")
+    args = ap.parse_args(argv)
+    from cudal2.problems import problems_from_hf_config
+    compare = json.loads(Path(args.compare).read_text())
+    tokens = [int(t) for t in args.tokens.split(",") if t]
+    problems, seen = [], set()
+    for cfg in [c for c in args.configs.split(",") if c]:
+        path = Path(cfg) if Path(cfg).is_absolute() else ROOT / cfg
+        for p in problems_from_hf_config(path, tokens, "nt"):
+            if p not in seen:
+                seen.add(p)
+                problems.append(p)
+    rows = decode_rows(compare, problems)
+    if not rows:
+        print(f"error: none of the {len(problems)} decode shapes is in {args.compare}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path(args.compare).parent
+    out.mkdir(parents=True, exist_ok=True)
+    text = (f"Decode set (issue 20): {', '.join(Path(c).stem for c in args.configs.split(',') if c)}, "
+            f"M in {{{args.tokens}}}, nt; {len(rows)} of {len(problems)} shapes in {Path(args.compare).name}; "
+            f"cudal2 as dispatched.\n\n" + table(rows, compare["peak"]["bw"]) + "\n")
+    (out / "decode_set.md").write_text(text)
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(out / "decode_set.csv", "w", newline="") as f:
+        f.write(f"# python3 bench/decode_report.py {' '.join(argv if argv is not None else sys.argv[1:])}\n")
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    print(text.split("\n\n")[1] if "\n\n" in text else text)
+    print(f"-> {out / 'decode_set.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
