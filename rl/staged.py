@@ -98,7 +98,7 @@ def split_k_variants(p: Problem, device, backends=None) -> list[KernelSpec]:
 def decode_lead(n: int, problem: Problem, device, backends=None) -> list[KernelSpec]:
     """The stream family's first seeds on a decode shape (cudal2.stream_tiles' one-wave rule), by
     what was measured on the H200 (2026-12-04): min(M, N) <= 16, three quarters of n (the best
-    one-wave stream spec beat best-cublas on 15 of 24 model projections, where wgmma lost at
+    one-wave stream spec beat best-cublas on 12 of 24 model projections, where wgmma lost at
     0.65-0.95x; filed on 40 of 80 model-set shapes at 1.03-1.25x, run 42); 17..32, one (not
     measured); 33..64, none (the rule's best of 8 ran 0.38-0.70x of best-cublas geomean per class
     and layout over 90 grid small / skinny shapes with min(M, N) = 64, none won, decode/
