@@ -121,7 +121,7 @@ def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fix
     modelled specs (cudal2.tiles: whole waves, split-K where tiles cannot fill the SMs, the deepest
     ring that fits), the rest as auto; elsewhere the same as auto. cost: the n best of a pool of
     candidates by the learned cost model `ranker` (rl/costrank.py; `cudal2 train` makes it).
-    Every kind but fixed leads with `decode_lead` on a decode / skinny shape."""
+    Every kind but fixed leads with `decode_lead` on a decode shape (min(M, N) <= 32)."""
     if n <= 0:
         return []
     if kind == "fixed":
