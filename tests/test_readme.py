@@ -101,6 +101,7 @@ def test_cli_examples_run(workdir):
     # The shipped registry already holds that compare's timings: nothing new to add, nothing moves.
     added = next(o for c, o in ran if c.startswith("cudal2 registry add-timings"))
     assert "h200-sm90: 0 cuBLAS entries got a timing; 0 now dispatch to another call" in added
+    assert "--server-guard 0.97: 0 kernel entries re-filed as cuBLAS" in added      # applied before shipping
     assert (workdir / "runs" / "my-registry" / "index.json").is_file()
     assert "0 entries re-rendered" in outs["cudal2 registry rerender --registry runs/my-registry"]
     probs = outs["cudal2 problems --hf-config config.json --tokens 1,16,128,2048"].split()

@@ -344,3 +344,46 @@ def test_check_render_refuses_a_different_source():
     e.sha256 = sha256_text(text + "# tuned by an older backend\n")
     with pytest.raises(RegistryError, match=f"^{DEV}/128x128x128:nn: backend triton no longer renders"):
         check_render(e)
+
+
+def _server_compare(path, rows):
+    """A `cudal2 compare --json --mode both` file: per row the server means of cudal2 and torch."""
+    path.write_text(json.dumps({"versions": {"device_key": DEV}, "config": {"baselines": ["torch"],
+                                                                          "modes": ["offline", "server"]},
+                                "rows": [{"M": p.M, "N": p.N, "K": p.K, "layout": p.layout, "cudal2_via": via,
+                                          "offline_torch_median_us": 10.0, "server_cudal2_mean_us": k,
+                                          "server_torch_mean_us": t} for p, via, k, t in rows]}))
+    return path
+
+
+def test_server_guard_refiles_kernels_that_lose_cold(tmp_path):
+    """H200 2026-12-04 (run 43): 1x8192x2048 nt's stream kernel won 1.19x offline (its 32 MB weight
+    in L2) and ran 0.898x of torch.matmul in server mode. Under --server-guard 0.97 such an entry
+    becomes cuBLAS with its kernel and server figures kept; one at 0.98x stays; a cuBLAS row and a
+    shape the registry lacks are ignored; without server columns the option is refused."""
+    reg = Registry.load(tmp_path / "r", create=True)
+    cold, held, cub = Problem(1, 8192, 2048, "nt"), Problem(4, 4096, 4096, "nt"), Problem(64, 64, 64)
+    reg.add(entry(cold.text, MMA, t=9.5, best=11.3), "// cuda " + src("cold"))
+    reg.add(entry(held.text, MMA, t=10.4, best=12.3), "// cuda " + src("held"))
+    reg.add(entry(cub.text, None, t=5.0, best=5.0), None)
+    cmp = _server_compare(tmp_path / "c.json", [(cold, "kernel", 18.76, 16.85), (held, "kernel", 19.0, 18.62),
+                                                (cub, "", None, 5.0), (Problem(2, 8192, 2048, "nt"), "kernel", 20.0, 10.0)])
+    res = runner.invoke(app, ["registry", "add-timings", str(cmp), "--registry", str(tmp_path / "r"),
+                              "--server-guard", "0.97"])
+    assert res.exit_code == 0, res.output
+    assert f"{DEV}/{cold.text}: kernel -> cuBLAS (server mode 0.898x" in res.output
+    assert "--server-guard 0.97: 1 kernel entries re-filed as cuBLAS" in res.output
+    back = Registry.load(tmp_path / "r")
+    e = back.lookup(cold, DEV)
+    assert e.backend == "cublas" and e.source is None and e.time_us == 11.3
+    assert e.times["best_kernel_spec"] == MMA and e.times["server_us"] == {"kernel": 18.76, "torch": 16.85}
+    assert back.lookup(held, DEV).backend == "cuda"                  # 18.62 / 19.0 = 0.98x: kept
+    no_server = tmp_path / "n.json"
+    no_server.write_text(json.dumps({"versions": {"device_key": DEV}, "config": {"baselines": ["torch"],
+                                                                                "modes": ["offline"]}, "rows": []}))
+    res = runner.invoke(app, ["registry", "add-timings", str(no_server), "--registry", str(tmp_path / "r"),
+                              "--server-guard", "0.97"])
+    assert res.exit_code == 1 and "needs a compare with server mode" in res.output
+    with pytest.raises(RegistryError, match="server guard"):
+        from cudal2.registry import server_guard
+        server_guard(tmp_path / "r", DEV, {}, 1.5)

@@ -269,10 +269,14 @@ def rerender_cmd(registry: Optional[str] = _REG_OPT) -> None:
 def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare --json` file of this device"),
                     registry: Optional[str] = _REG_OPT,
                     margin: Optional[float] = typer.Option(None, "--margin", help="the cuBLAS margin (default: "
-                                                           "each entry's own, 1.01)")) -> None:
+                                                           "each entry's own, 1.01)"),
+                    guard: Optional[float] = typer.Option(
+                        None, "--server-guard", help="also re-file as cuBLAS each kernel entry that ran under this "
+                        "ratio of torch.matmul in the compare's server mode (cold L2; e.g. 0.97 for a decode "
+                        "server); off by default: the registry is chosen by offline time")) -> None:
     """Add a compare run's timings to the cuBLAS entries' evidence and choose their calls again."""
     from .errors import fail
-    from ..registry import RegistryError, add_timings, compare_timings
+    from ..registry import RegistryError, add_timings, compare_timings, server_guard, server_timings
     reg = _load(registry)
     if reg.shipped:
         fail("the shipped registry is read-only here: export it, add the timings to the copy, ship that", code=1)
@@ -281,6 +285,13 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
         data = json.loads(Path(compare).read_text())
         device = data["versions"]["device_key"]
         moved = add_timings(reg.root, device, compare_timings(data), margin)
+        guarded = []
+        if guard is not None:
+            srv = server_timings(data)
+            if not srv and "server" not in data.get("config", {}).get("modes", []):
+                fail(f"{compare}: --server-guard needs a compare with server mode (--mode both)", code=1)
+                return
+            guarded = server_guard(reg.root, device, srv, guard)
     except FileNotFoundError:
         fail(f"{compare}: no such file", code=1)
         return
@@ -295,6 +306,10 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
             typer.echo(f"{e.key}: {old} -> {new} ({e.dispatch['why']})")
     typer.echo(f"{device}: {len(moved)} cuBLAS entries got a timing; "
                f"{sum(o != n for _, o, n in moved)} now dispatch to another call")
+    for e, ratio in guarded:
+        typer.echo(f"{e.key}: kernel -> cuBLAS (server mode {ratio:.3f}x of torch.matmul, guard {guard})")
+    if guard is not None:
+        typer.echo(f"{device}: --server-guard {guard}: {len(guarded)} kernel entries re-filed as cuBLAS")
 
 
 def register(app) -> None:

@@ -14,10 +14,12 @@ from .entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, chec
 from .index import (ENV, Registry, VerifyResult, check_render, default_root, log_distance, shipped_root,
                     target_for_key)
 from .evidence import CUBLAS_MARGIN, DISPATCH_TARGETS, cublas_choice, legacy_choice, scope_problems
-from .record import add_timings, compare_timings, record_cublas, record_scope, record_winner
+from .record import (add_timings, compare_timings, record_cublas, record_scope, record_winner, server_guard,
+                     server_timings)
 
 # Every public name, so `from cudal2.registry import X` keeps working for all callers.
-__all__ = ["CUBLAS_MARGIN", "DISPATCH_TARGETS", "add_timings", "compare_timings", "cublas_choice",
+__all__ = ["CUBLAS_MARGIN", "DISPATCH_TARGETS", "add_timings", "compare_timings", "cublas_choice", "server_guard",
+           "server_timings",
            "legacy_choice", "record_scope", "scope_problems", "BACKENDS", "ENV", "FORMAT", "SUFFIX",
            "VERSION", "Entry", "Registry", "RegistryError", "VerifyResult", "check_margin", "check_render",
            "default_root", "log_distance", "record_cublas", "record_winner", "sha256_text", "shipped_root",
