@@ -10,9 +10,14 @@
 #   bash bench/grid_search.sh search-all SECONDS [SEEDS] [CAP]  # registry v2 (issue 22): grid-nn, then
 #                                   # grid-nt, then models, each --resume, until SECONDS are spent; call
 #                                   # it again in the next device call / session to go on
-#   bash bench/grid_search.sh compare SECONDS  # the registry's kernels beside the five baselines
+#   [SET=grid-nt] bash bench/grid_search.sh compare SECONDS  # the registry's kernels beside the five
+#                                   # baselines over the searched grid shapes (nn, or nt), resumable
 #   bash bench/grid_search.sh calibrate SECONDS  # screen vs capped screen vs PROTOCOL timing on
 #                                              # searched shapes (bench/screen_calibration.py)
+#   bash bench/grid_search.sh pack             # here, before a device call: .runpack/run.tgz with
+#                                              # only the search's state (store, policy, registry,
+#                                              # autotune cache, the compare's resumable rows); the
+#                                              # tree the card gets is capped at 64 MiB with the carry
 #
 # State lives in run/ (git-ignored): run/grid.db (the store: every measurement and the search log)
 # and run/registry/. Both come back packed under $OUT (run.tgz; at most 8 files come back). Send
@@ -20,17 +25,29 @@
 # `carry: [".runpack", ".whl", ".commit"]`; this script unpacks .runpack/run.tgz when run/ has no
 # store. (Carrying run/ unpacked went over the device's 64 MiB tree limit on 2026-12-03: the store
 # is 26 MB, 6 MB packed.)
-# To go on from the committed state (2026-12-04: grid nn all 1000 searched and compared; the model
-# set all 224 searched with cost:4 and compared; grid nt 199 of 1000 searched with cost:4, not
-# compared; SET=grid-nt ... cost:4 goes on) in a new session:
-#   G=bench/results/h200-sm90/grid_search; mkdir -p run/compare
+# To go on from the committed state (2026-12-04 afternoon: grid nn all 1000 searched and compared;
+# the model set all 224 searched with cost:4, its 80 shapes with M <= 16 again with the stream
+# rule's seeds, compared; grid nt 332 of 1000 searched with cost:4, 199 compared; SET=grid-nt ...
+# cost:4 goes on) in a new session, then `bash bench/grid_search.sh pack`:
+#   G=bench/results/h200-sm90/grid_search; mkdir -p run/compare run/compare_nt
 #   gunzip -c $G/grid_store.db.gz >run/grid.db
 #   tar xzf $G/grid_policy_ckpt.tgz                     # run/grid.db.ckpt: the policy
 #   cudal2 registry export run/registry                 # the shipped entries
 #   cp $G/lt-autotune-h200-sm90.json run/               # cuBLASLt autotune's choices (916 shapes)
 #   gunzip -c $G/compare_grid.rows.jsonl.gz >run/compare/compare_grid.rows.jsonl   # compared rows
+#   gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run43_gridnt_compare.rows.jsonl.gz \
+#     >run/compare_nt/compare_grid.rows.jsonl       # grid nt's (grid_baselines.py --layout nt --out run/compare_nt)
 # The search's settings are the ones on the command line below; NOTES.md says why each.
 set -uo pipefail
+if [ "${1:-}" = pack ]; then       # CPU side: no device_env, no store checkpoint, nothing else
+  mkdir -p .runpack
+  keep=(run/grid.db run/grid.db.ckpt run/registry)
+  for f in run/lt-autotune-*.json run/compare/compare_grid.rows.jsonl run/compare_nt/compare_grid.rows.jsonl; do
+    [ -e "$f" ] && keep+=("$f")
+  done
+  tar czf .runpack/run.tgz "${keep[@]}" && ls -l .runpack/run.tgz
+  exit $?
+fi
 OUT=${OUT:-/tmp/out}
 [ -f .runpack/run.tgz ] && [ ! -f run/grid.db ] && tar xzf .runpack/run.tgz
 mkdir -p "$OUT" run
@@ -96,9 +113,12 @@ case "$stage" in
     echo "generate exit $?"
     tail -5 "$OUT/generate_$n.log"; tail -3 "$OUT/generate_$n.err"; fi ;;
   compare)
-    timeout $((${limit%.*} + 60)) python3 bench/grid_baselines.py --registry run/registry --searched-only \
-      --stride 7 --out run/compare --time-limit "$limit" 2>&1 | tail -20
-    cp run/compare/compare_grid.csv run/compare/compare_grid.json "$OUT/" 2>/dev/null ;;
+    # SET=grid-nt: the nt grid's searched shapes into run/compare_nt (its rows.jsonl resumes).
+    cl=nn; cdir=run/compare
+    [ "${SET:-grid-nn}" = grid-nt ] && { cl=nt; cdir=run/compare_nt; }
+    timeout $((${limit%.*} + 60)) python3 bench/grid_baselines.py --layout "$cl" --registry run/registry \
+      --searched-only --stride 7 --out "$cdir" --time-limit "$limit" 2>&1 | tail -20
+    cp "$cdir"/compare_grid.csv "$cdir"/compare_grid.json "$OUT/" 2>/dev/null ;;
   calibrate)
     timeout $((${limit%.*} + 60)) python3 bench/screen_calibration.py --store run/grid.db --shapes 24 \
       --max-calls 300 --time-limit "$limit" --out "$OUT" 2>&1 | tail -8 ;;
