@@ -228,6 +228,22 @@ def bench_shape(setname: str, source: str, p, specs: list, dev, args, bw: float)
     return row, per_spec
 
 
+def write_specs_csv(path: Path, rows: list, details: dict, command: str) -> None:
+    """Every timed spec of every shape as a sweep CSV (the columns `cudal2 train` reads: shape,
+    layout, spec, status, us, best_cublas_us), so the cost model learns from these measurements.
+    Only timed (ok) specs: this bench runs the random check alone, so a failure here is not the
+    full checker's verdict (and the 48 KB launch failures of run 41 were the launcher's)."""
+    best = {f"{r['shape']}:{r['layout']}": r.get("cublas_us") for r in rows}
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["shape", "layout", "spec", "status", "us", "best_cublas_us"])
+        for prob, per in details.items():
+            shape, _, layout = prob.partition(":")
+            for x in per:
+                if str(x.get("spec", "")).startswith("backend=") and x.get("status") == "ok" and x.get("us"):
+                    w.writerow([shape, layout or "nn", x["spec"], x["status"], x.get("us") or "", best.get(prob) or ""])
+
+
 def geo(xs) -> float:
     xs = [x for x in xs if x]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
@@ -330,6 +346,7 @@ def main() -> int:
             w.writeheader()
             w.writerows(rows)
         (out / f"{tag}.json").write_text(json.dumps({**meta, "rows": rows, "specs": details}, indent=1))
+        write_specs_csv(out / f"{tag}.specs.csv", rows, details, meta["command"])
     text = summary(rows, bw)
     print(text)
     (out / f"{tag}.summary.txt").write_text(text + "\n")
