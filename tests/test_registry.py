@@ -377,6 +377,7 @@ def test_server_guard_refiles_kernels_that_lose_cold(tmp_path):
     e = back.lookup(cold, DEV)
     assert e.backend == "cublas" and e.source is None and e.time_us == 11.3
     assert e.times["best_kernel_spec"] == MMA and e.times["server_us"] == {"kernel": 18.76, "torch": 16.85}
+    assert {"torch": 10.0} in e.dispatch["repeats"]      # the same compare's timing, in the same command
     assert back.lookup(held, DEV).backend == "cuda"                  # 18.62 / 19.0 = 0.98x: kept
     no_server = tmp_path / "n.json"
     no_server.write_text(json.dumps({"versions": {"device_key": DEV}, "config": {"baselines": ["torch"],

@@ -284,14 +284,14 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
     try:
         data = json.loads(Path(compare).read_text())
         device = data["versions"]["device_key"]
-        moved = add_timings(reg.root, device, compare_timings(data), margin)
         guarded = []
-        if guard is not None:
+        if guard is not None:       # first: the entries it re-files take this compare's timings below
             srv = server_timings(data)
             if not srv and "server" not in data.get("config", {}).get("modes", []):
                 fail(f"{compare}: --server-guard needs a compare with server mode (--mode both)", code=1)
                 return
             guarded = server_guard(reg.root, device, srv, guard)
+        moved = add_timings(reg.root, device, compare_timings(data), margin)
     except FileNotFoundError:
         fail(f"{compare}: no such file", code=1)
         return
@@ -301,15 +301,15 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
     except RegistryError as e:
         fail(str(e), code=1)
         return
+    for e, ratio in guarded:
+        typer.echo(f"{e.key}: kernel -> cuBLAS (server mode {ratio:.3f}x of torch.matmul, guard {guard})")
+    if guard is not None:
+        typer.echo(f"{device}: --server-guard {guard}: {len(guarded)} kernel entries re-filed as cuBLAS")
     for e, old, new in moved:
         if old != new:
             typer.echo(f"{e.key}: {old} -> {new} ({e.dispatch['why']})")
     typer.echo(f"{device}: {len(moved)} cuBLAS entries got a timing; "
                f"{sum(o != n for _, o, n in moved)} now dispatch to another call")
-    for e, ratio in guarded:
-        typer.echo(f"{e.key}: kernel -> cuBLAS (server mode {ratio:.3f}x of torch.matmul, guard {guard})")
-    if guard is not None:
-        typer.echo(f"{device}: --server-guard {guard}: {len(guarded)} kernel entries re-filed as cuBLAS")
 
 
 def register(app) -> None:

@@ -366,11 +366,7 @@ class Registry:
             win = e.speedup()
             if e.backend == "cublas" or win is None or win >= margin:
                 return False
-            e.times = {**e.times, "best_kernel_us": e.time_us, "best_kernel_spec": e.spec,
-                       "refiled": f"win {win:.4f}x under margin {margin}"}
-            e.backend, e.spec, e.source, e.sha256 = "cublas", "", None, None
-            e.scope = None          # the kernel's measured range goes with it
-            e.time_us = e.best_cublas_us
+            e.refile_as_cublas(f"win {win:.4f}x under margin {margin}")
             return True
         return self.update(device_key, refile)
 

@@ -171,12 +171,8 @@ def server_guard(registry_path, device_key: str, timings: dict, guard: float) ->
         ratio = t["torch"] / t["cudal2"]
         if ratio >= guard:
             return False
-        e.times = {**e.times, "best_kernel_us": e.time_us, "best_kernel_spec": e.spec,
-                   "server_us": {"kernel": t["cudal2"], "torch": t["torch"]},
-                   "refiled": f"server {ratio:.4f}x of torch.matmul under guard {guard}"}
-        e.backend, e.spec, e.source, e.sha256 = "cublas", "", None, None
-        e.scope = None
-        e.time_us = e.best_cublas_us
+        e.refile_as_cublas(f"server {ratio:.4f}x of torch.matmul under guard {guard}",
+                           server_us={"kernel": t["cudal2"], "torch": t["torch"]})
         out.append((e, ratio))
         return True
     Registry.load(registry_path).update(device_key, refile)
