@@ -5,32 +5,13 @@ import torch
 
 from cudal2.problems import Problem
 from cudal2.rl.hf_policy import HFPolicy, prompt
-from cudal2.spec import CHOICES, FIELDS, default_spec, validate
+from cudal2.spec import default_spec, validate
 
 
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-    from cudal2.device import DeviceInfo
-    path = tmp_path_factory.mktemp("tiny_lm")
-    # A BPE vocabulary learnt from the prompt and every field=value (no download anywhere).
-    corpus = [prompt(Problem(m, n, k, lay), DeviceInfo.target("sm_90a")) for m, n, k, lay in
-              [(64, 128, 256, "nn"), (1000, 17, 3000, "nt")]]
-    corpus += [" ".join(f"{f}={v}" for f in FIELDS for v in CHOICES[f])] * 4
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<eos>", "<unk>"],
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    from tokenizers import decoders
-    tok.decoder = decoders.ByteLevel()
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(hf_tok), n_positions=1024, n_embd=32, n_layer=1, n_head=2,
-                                       bos_token_id=hf_tok.eos_token_id, eos_token_id=hf_tok.eos_token_id, pad_token_id=hf_tok.pad_token_id))
-    model.save_pretrained(path)
-    hf_tok.save_pretrained(path)
-    return path
+    from cudal2.rl.hf_local import build_grammar_lm
+    return build_grammar_lm(tmp_path_factory.mktemp("tiny_lm"), n_embd=32, n_layer=1, n_head=2, seed=0)
 
 
 def test_random_lm_answers_are_parsed_or_corrected(tiny_lm, hopper):

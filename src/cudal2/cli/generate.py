@@ -304,7 +304,7 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
     from ..rl.staged import log_row, search_shape, seed_specs
     from .filing import file_outcome, scope_bucket
     console = Console(stderr=True)
-    totals = {"evals": 0, "fail": 0, "won": 0, "rejected": 0}
+    totals = {"evals": 0, "fail": 0, "won": 0, "rejected": 0, "sampled": 0}
     prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("evals {task.fields[evals]}  failures {task.fields[fail]}  "
                                "kernel beats best-cuBLAS on {task.fields[won]}"), TimeElapsedColumn(),
@@ -318,6 +318,7 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
             console.print(f"restored policy checkpoint {kw['path']} (step {kw['steps']})")
         elif kind == "group_done":
             rejected = [x.reason for x in kw.get("samples", []) if x.reason]
+            totals["sampled"] += len(kw.get("samples", []))
             if rejected and not totals["rejected"]:
                 console.print(f"note: the LM's answer was corrected: {rejected[0]}")
             totals["rejected"] += len(rejected)
@@ -362,7 +363,7 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
             prog.advance(task)
         prog.update(task, description="shapes")
     if totals["rejected"]:
-        console.print(f"{totals['rejected']} LM answers were rejected (unparseable or invalid) and corrected "
+        console.print(f"{totals['rejected']} of {totals['sampled']} LM answers were rejected (unparseable or invalid) and corrected "
                       "by constrained decoding; none was executed as written")
     return results, left
 
