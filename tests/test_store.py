@@ -125,13 +125,21 @@ def test_a_batch_that_fails_midway_leaves_nothing(tmp_path):
         assert st.count() == 3
 
 
-def test_nan_is_refused_not_stored(tmp_path):
+def test_nan_is_stored_as_null_and_named(tmp_path, capsys):
+    # A NaN upstream is a bug, but refusing the row killed whole device runs (2026-12-04): the row is
+    # kept, the value becomes null (JSON has no NaN) and meta names where it was.
     with Store(tmp_path / "s.sqlite") as st:
         m = full()
-        m.times = {"offline": {"median_us": float("nan")}}
-        with pytest.raises(ValueError):
-            st.add([m], st.new_run({}, DEV))
-        assert st.count() == 0
+        m.times = {"offline": {"median_us": float("nan"), "n": 30}}
+        m.baselines_us = {"torch": float("inf"), "cublas-nn": 11.0}
+        m.time_us = float("nan")
+        assert st.add([m], st.new_run({}, DEV)) == 1
+        (back,) = st.measurements()
+        assert back.times == {"offline": {"median_us": None, "n": 30}}
+        assert back.baselines_us == {"torch": None, "cublas-nn": 11.0} and back.time_us is None
+        assert sorted(back.meta["nonfinite"]) == ["baselines_us.torch", "time_us", "times.offline.median_us"]
+        assert back.meta["registers"] == 168
+    assert "non-finite values stored as null" in capsys.readouterr().err
 
 
 def test_not_a_store(tmp_path):

@@ -11,7 +11,9 @@ DeviceInfo.key), so any of those objects or their strings may be passed to the q
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import Iterable
@@ -102,6 +104,29 @@ def _spec_key(x) -> str:
     return _key(x)
 
 
+def _finite(x, path: str, bad: list):
+    """x with every non-finite float replaced by None; the paths replaced are appended to bad."""
+    if isinstance(x, float) and not math.isfinite(x):
+        bad.append(path)
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v, f"{path}.{k}", bad) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v, f"{path}[{i}]", bad) for i, v in enumerate(x)]
+    return x
+
+
+_warned: set = set()
+
+
+def _warn_nonfinite(d: dict, bad: list) -> None:
+    key = tuple(sorted(bad))
+    if key not in _warned:
+        _warned.add(key)
+        print(f"warning: store: non-finite values stored as null ({', '.join(bad[:4])}) in the measurement of "
+              f"{d.get('spec')} at {d.get('problem')} (status {d.get('status')})", file=sys.stderr)
+
+
 class StoreError(RuntimeError):
     """The file is not a cudal2 store, or a newer one."""
 
@@ -190,13 +215,20 @@ class Store:
 
     @staticmethod
     def _row(m: Measurement) -> tuple:
-        d = m.to_dict()
+        # A non-finite float (NaN, inf) would not round-trip through JSON and marks a bug upstream,
+        # but refusing the row lost whole device runs (2026-12-04, H200: a search and the study died
+        # on one). It is stored as null, its path named in meta["nonfinite"] and warned about once.
+        bad: list[str] = []
+        d = {k: (v if k == "meta" else _finite(v, k, bad)) for k, v in m.to_dict().items()}
+        if bad:
+            d["meta"] = {**(d.get("meta") or {}), "nonfinite": bad}
+            _warn_nonfinite(d, bad)
+        d["meta"] = _finite(d.get("meta"), "meta", [])
         vals = []
         for col in _COLS:
             if col == "spec":
                 vals.append(_spec_key(d["spec"]))
             elif col in _JSON:
-                # allow_nan=False: NaN would not round-trip through json and marks a bug upstream.
                 vals.append(json.dumps(d[_JSON[col]], sort_keys=True, allow_nan=False))
             else:
                 vals.append(d[col])
