@@ -67,7 +67,7 @@ from cudal2.spec import KernelSpec
 from cudal2.stats import shape_class
 
 BUDGETS = (8, 16, 32, 64)
-METHODS = ("policy", "random", "fixed", "cost")
+METHODS = ("policy", "random", "fixed", "cost", "critic")
 LISTS = ("random", "fixed", "cost")          # methods whose proposals are known before any result
 
 
@@ -214,7 +214,7 @@ def _secs(ms: list[Measurement], key: str) -> float:
 
 def measure_shape(p: Problem, trained, shared: SharedEvaluator, device, lists: dict, *, budgets, group: int,
                   seed: int, backends, baseline_group: int, recheck_rounds: int, methods=METHODS[:3],
-                  on_event=None) -> dict:
+                  on_event=None, ranker=None, critic_pool: int = 8) -> dict:
     """One held-out shape: each method's `max(budgets)` proposals (the policy adapting from the
     trained weights; the list methods in order), then the full re-check of their winners; the row
     of the result, with its costs. Each budget's seconds (`gpu_s` / `modeled_s`) are the screen
@@ -224,11 +224,13 @@ def measure_shape(p: Problem, trained, shared: SharedEvaluator, device, lists: d
     t0 = time.perf_counter()
     evaluated: dict[str, list[Measurement]] = {}
     for meth in methods:
-        if meth == "policy":
-            s = Search(copy.deepcopy(trained), shared.view("policy", "screen"), device, shared.device_key,
+        if meth in ("policy", "critic"):
+            # critic: the same trained policy, each group the cost model's pick of its samples.
+            s = Search(copy.deepcopy(trained), shared.view(meth, "screen"), device, shared.device_key,
                        group=group, seed=seed, backends=backends, update=True, checkpoint_dir=None,
-                       grpo=GRPOConfig(cpu=True))
-            evaluated["policy"] = s.run_problem(p, top).evaluated
+                       grpo=GRPOConfig(cpu=True), critic=ranker if meth == "critic" else None,
+                       critic_pool=critic_pool)
+            evaluated[meth] = s.run_problem(p, top).evaluated
         else:
             evaluated[meth] = run_list(shared.view(meth, "screen"), p, lists[meth], baseline_group)
     rc = recheck(shared.view("recheck", "full"), p, evaluated, budgets, recheck_rounds)
@@ -272,10 +274,12 @@ def measure_shape(p: Problem, trained, shared: SharedEvaluator, device, lists: d
 def study(train: list[Problem], test: list[Problem], evaluator, device, *, budgets=BUDGETS, group: int = 8,
           train_budget: int = 64, epochs: int = 1, seed: int = 0, backends=None, policy=None,
           baseline_group: int | None = None, recheck_rounds: int = 3, prefetch: bool = True,
-          methods=None, ranker=None, trained=None, train_info: dict | None = None, done: dict | None = None,
+          methods=None, ranker=None, critic_pool: int = 8, trained=None, train_info: dict | None = None,
+          done: dict | None = None,
           prefetch_ahead: int = 2, on_event=None, on_progress=None, on_trained=None, on_row=None) -> dict:
     """The whole study; `evaluator` is a SharedEvaluator (any other evaluator is wrapped with the
-    default profiles). `methods`: of METHODS (default: all, less `cost` without a `ranker`).
+    default profiles). `methods`: of METHODS (default: all, less `cost` and `critic` without a
+    `ranker`; `critic` ranks critic_pool x group of the policy's samples per group by it).
     `trained` (with its `train_info`): a policy trained before (a resumed study), so no training.
     `done`: problem text -> a row finished before (a resumed study): kept, not measured again.
     Stops cleanly at the SharedEvaluator's deadline: the result then says complete=False and holds
@@ -285,10 +289,11 @@ def study(train: list[Problem], test: list[Problem], evaluator, device, *, budge
     budgets = tuple(sorted(budgets))
     top = max(budgets)
     methods = tuple(methods or (METHODS if ranker is not None else METHODS[:3]))
+    uses_policy = bool({"policy", "critic"} & set(methods))
     if unknown := [m for m in methods if m not in METHODS]:
         raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
-    if "cost" in methods and ranker is None:
-        raise ValueError("the cost method needs a cost model (ranker)")
+    if {"cost", "critic"} & set(methods) and ranker is None:
+        raise ValueError("the cost and critic methods need a cost model (ranker)")
     baseline_group = baseline_group or top
     done = dict(done or {})
     t_start = time.perf_counter()
@@ -308,7 +313,7 @@ def study(train: list[Problem], test: list[Problem], evaluator, device, *, budge
                     res["prefetched"] += shared.prefetch(p, [s for v in lists[p].values() for s in v], "screen")
 
     ahead(0)
-    if "policy" in methods and todo and trained is None:
+    if uses_policy and todo and trained is None:
         try:
             trained = train_policy(train, shared.view("train", "screen"), device, budget=train_budget, group=group,
                                    epochs=epochs, seed=seed, policy=policy, on_event=on_event, backends=backends)
@@ -329,7 +334,7 @@ def study(train: list[Problem], test: list[Problem], evaluator, device, *, budge
         try:
             row = measure_shape(p, trained, shared, device, lists[p], budgets=budgets, group=group, seed=seed,
                                 backends=backends, baseline_group=baseline_group, recheck_rounds=recheck_rounds,
-                                methods=methods, on_event=on_event)
+                                methods=methods, on_event=on_event, ranker=ranker, critic_pool=critic_pool)
         except StudyDeadline as e:
             res["stopped"] = f"at test shape {p}: {e}"
             break
@@ -350,9 +355,10 @@ def _summarise(res: dict, shared: SharedEvaluator, t_start: float) -> dict:
                                      for m in methods}
     from study_report import summary
     res["summary"] = summary(rows, methods, budgets, "modeled_s" if shared.model is not None else "gpu_s")
-    if "policy" in methods:
-        hit = [r["policy"].get("16", 0.0) >= 0.98 * r["reference"] for r in rows if r["reference"] > 0]
-        res["policy16_reaches_098_of_best64"] = (sum(hit) / len(hit)) if hit else None
+    for learner in ("policy", "critic"):
+        if learner in methods:
+            hit = [r[learner].get("16", 0.0) >= 0.98 * r["reference"] for r in rows if r["reference"] > 0]
+            res[f"{learner}16_reaches_098_of_best64"] = (sum(hit) / len(hit)) if hit else None
     n = max(len(rows), 1)
     res["eval_s_per_shape"] = {m: sum(r[m]["cost"]["eval_s"] for r in rows) / n for m in methods}
     res["per_shape"] = {

@@ -18,7 +18,11 @@ held out by the committed cost model's hash split; its first 30 lines are the is
 and --train training shapes from the grid in both layouts on the other side of that
 split. Methods (--methods): policy (GRPO from fresh weights or --init-policy, a `cudal2 train
 --policy-out` checkpoint), random, fixed, cost (--cost-model, default the committed
-bench/results/h200-sm90/costmodel/cost_h200_9583f7e.pt, which held these shapes out).
+bench/results/h200-sm90/costmodel/cost_h200_9583f7e.pt, which held these shapes out), critic (the
+same trained policy, each group the cost model's best of --critic-pool x --group of its samples:
+the policy with the cost model as its critic, issue 21 item 1). A method added to a study with
+finished rows re-runs those shapes: the store answers every earlier measurement, so only the new
+method's evaluations cost GPU time.
 
 Writes into --out: study.csv (one row per shape x method x budget), study.json (everything),
 study.md (the tables per layout and class), best_so_far.png, study.log and, for GPU and synthetic
@@ -125,7 +129,10 @@ def parse_args(argv=None):
     ap.add_argument("--train-shapes", default="grid",
                     help="'grid' (both layouts, the training side of the hash split) or FILE / MxNxK,...")
     ap.add_argument("--train", type=int, default=12, help="training shapes (one per class and layout in turn)")
-    ap.add_argument("--methods", default="policy,random,fixed,cost", help="of policy, random, fixed, cost")
+    ap.add_argument("--methods", default="policy,random,fixed,cost,critic",
+                    help="of policy, random, fixed, cost, critic")
+    ap.add_argument("--critic-pool", type=int, default=8,
+                    help="critic: the cost model ranks this many x --group of the policy's samples per group")
     ap.add_argument("--init-policy", default=None, help="start the policy from this `cudal2 train --policy-out` checkpoint")
     ap.add_argument("--cost-model", default=DEFAULT_COST_MODEL, help="the cost method's model (`cudal2 train`)")
     ap.add_argument("--budgets", default="8,16,32,64", help="proposal budgets to report")
@@ -201,9 +208,9 @@ def main(argv=None) -> int:
                   "min_calls": a.screen_min_calls, "warmup": a.warmup, "early_stop": None}
         full = {"checks": tuple(a.full_checks.split(",")), "min_ms": a.full_min_ms,
                 "min_calls": a.full_min_calls, "warmup": a.warmup, "early_stop": None}
-        ranker = load_cost_model(a.cost_model) if "cost" in methods else None
+        ranker = load_cost_model(a.cost_model) if {"cost", "critic"} & set(methods) else None
         init = None
-        if a.init_policy and "policy" in methods:
+        if a.init_policy and {"policy", "critic"} & set(methods):
             from cudal2.rl.policy import SpecPolicy
             init = SpecPolicy.load(a.init_policy)
     except (ProblemError, ValueError, OSError) as e:
@@ -278,14 +285,16 @@ def main(argv=None) -> int:
     common = {"device": device.key, "seed": a.seed, "backend": a.backend, "screen": shared.profiles["screen"]["sig"]}
     train_sig = study_state.sig({**common, "train": [p.text for p in train], "train_budget": a.train_budget,
                                  "group": a.group, "epochs": a.epochs, "init": study_state.file_sig(init and a.init_policy)})
-    row_sig = study_state.sig({**common, "train": train_sig if "policy" in methods else None, "methods": methods,
+    uses_policy = bool({"policy", "critic"} & set(methods))
+    row_sig = study_state.sig({**common, "train": train_sig if uses_policy else None, "methods": methods,
+                               "critic_pool": a.critic_pool if "critic" in methods else None,
                                "budgets": budgets, "baseline_group": a.baseline_group, "group": a.group,
                                "recheck_rounds": a.recheck_rounds, "full": shared.profiles["full"]["sig"],
                                "cost_model": study_state.file_sig(a.cost_model if ranker is not None else None)})
     trained, train_info, done = None, None, {}
     if state is not None:
         done = {k: v for k, v in state.rows(row_sig).items() if k in {p.text for p in test}}
-        if "policy" in methods:
+        if uses_policy:
             trained, train_info = state.policy(train_sig)
     log(f"{label}: {len(test)} held-out shapes x {len(methods)} methods ({', '.join(methods)}) x {max(budgets)}; "
         f"train {len(train)} x {a.train_budget}"
@@ -348,7 +357,7 @@ def main(argv=None) -> int:
         res = eff.study(train, test, shared, device, budgets=budgets, group=a.group, train_budget=a.train_budget,
                         epochs=a.epochs, seed=a.seed, backends=backends, baseline_group=a.baseline_group,
                         recheck_rounds=a.recheck_rounds, prefetch=True, methods=methods, ranker=ranker,
-                        policy=init, trained=trained, train_info=train_info, done=done,
+                        critic_pool=a.critic_pool, policy=init, trained=trained, train_info=train_info, done=done,
                         prefetch_ahead=a.prefetch_ahead, on_event=on_event, on_progress=on_progress,
                         on_trained=on_trained, on_row=on_row)
     finally:
@@ -370,4 +379,14 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception:
+        # Everything is written by main's finally. After an exception the interpreter's exit hung
+        # for ~400 s on the card (2026-12-04, H200: pool threads waiting on their workers) and the
+        # call ran into its timeout: leave at once, so a crash costs no more device time.
+        import traceback
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)

@@ -64,9 +64,10 @@ def summary(rows: list[dict], methods, budgets, secs: str = "gpu_s") -> dict:
             b16 = "16" if "16" in e["ratio"] else str(min(budgets))
             e["reach_098_at_16"] = (sum(r[m]["ratio"][b16] >= REACH for r in ref) / len(ref)) if ref else None
             d["methods"][m] = e
-        if "policy" in methods and ref:
-            d["policy_ahead"] = {o: {b: d["methods"]["policy"]["ratio"][b] > d["methods"][o]["ratio"][b]
-                                     for b in map(str, budgets)} for o in methods if o != "policy"}
+        for learner in ("policy", "critic"):        # the methods that learn: is each ahead of the others?
+            if learner in methods and ref:
+                d[f"{learner}_ahead"] = {o: {b: d["methods"][learner]["ratio"][b] > d["methods"][o]["ratio"][b]
+                                             for b in map(str, budgets)} for o in methods if o != learner}
         d["shape_s"] = sum(r["shape_cost"].get("shape_" + ("modeled_s" if secs == "modeled_s" else "gpu_s"), 0.0)
                            for r in rs) / len(rs)
         out[g] = d
@@ -102,11 +103,12 @@ def markdown(result: dict) -> str:
             lines.append(f"| {m} | " + " | ".join(_f(e["ratio"][x]) for x in b)
                          + f" | {'-' if reach is None else f'{100 * reach:.0f}%'} | {e['none'][b[0]]} | "
                          f"{_f(e['speedup'][b[0]])} / {_f(e['speedup'][b[-1]])} | {e['secs'][b[-1]]:.1f} |")
-        if d.get("policy_ahead"):
-            lines.append("")
-            lines.append("Policy ahead (geomean ratio): " + "; ".join(
-                f"of {o} " + " ".join(f"@{x} {'yes' if v[x] else 'no'}" for x in b[:2])
-                for o, v in d["policy_ahead"].items()) + ".")
+        for learner in ("policy", "critic"):
+            if d.get(f"{learner}_ahead"):
+                lines.append("")
+                lines.append(f"{learner.capitalize()} ahead (geomean ratio): " + "; ".join(
+                    f"of {o} " + " ".join(f"@{x} {'yes' if v[x] else 'no'}" for x in b[:2])
+                    for o, v in d[f"{learner}_ahead"].items()) + ".")
         lines.append("")
     ps = result.get("per_shape", {})
     if result.get("train_cost"):

@@ -118,9 +118,15 @@ class Search:
                  seed: int = 0, update: bool = True, grpo: GRPOConfig | None = None,
                  checkpoint_dir: str | Path | None = None, resume: bool = False, patience: int = 5,
                  temperatures: tuple = (1.0, 1.5, 2.0, 3.0),
-                 on_event: Callable[..., None] | None = None, store_measurements: bool = True):
+                 on_event: Callable[..., None] | None = None, store_measurements: bool = True,
+                 critic=None, critic_pool: int = 8):
         if group < 1:
             raise ValueError(f"--group must be >= 1, got {group}")
+        if critic is not None and critic_pool < 1:
+            raise ValueError(f"critic_pool must be >= 1, got {critic_pool}")
+        # critic: a learned cost model (rl/costmodel.CostModel) that ranks critic_pool x group of the
+        # policy's samples on the CPU; the group is its best `group` (see _critic_group).
+        self.critic, self.critic_pool = critic, critic_pool
         self.policy, self.evaluator, self.device = policy, evaluator, device
         self.device_key = device_key or device.key
         self.store, self.run_id, self.group, self.backends = store, run_id, group, backends
@@ -242,6 +248,20 @@ class Search:
         def unknown(s):
             return s.spec is not None and alias.get(s.spec.text, s.spec.text) not in known
         G, temps = self.group, self.temperatures
+        if self.critic is not None and not isinstance(self.policy, FixedListPolicy):
+            group = self._critic_group(problem, unknown)
+            if len(group) >= G:
+                return group, []
+            temps = temps[1:] or temps      # too few new specs in the pool: hot draws fill the group
+            new = {s.spec.text for s in group}
+            extra = []
+            for temp in temps:
+                for s in self.policy.sample(problem, self.device, G, generator=self.gen, backends=self.backends,
+                                            temperature=temp):
+                    if unknown(s) and s.spec.text not in new and len(new) < G:
+                        new.add(s.spec.text)
+                        extra.append(s)
+            return group, extra
         if getattr(self.policy, "row_temperatures", False) and len(temps) > 1:
             # One batched call for the cold group and all hot draws: the cost is per forward, not per row.
             t = torch.tensor([x for x in temps for _ in range(G)])
@@ -266,6 +286,21 @@ class Search:
                     new.add(s.spec.text)
                     extra.append(s)
         return group, extra
+
+    def _critic_group(self, problem, unknown) -> list[Sample]:
+        """critic_pool x group samples of the policy at T = 1, the unknown distinct ones ranked by the
+        critic; the best `group` of them, distinct in (family, bm, bn, split_k) first (a tile's stage
+        and raster variants share the model's error on that tile). GRPO trains on this group: a
+        filtered draw (best-of-n), so its advantages compare candidates the critic already liked."""
+        from .costrank import pick
+        pool = self.policy.sample(problem, self.device, self.group * self.critic_pool, generator=self.gen,
+                                  backends=self.backends, temperature=self.temperatures[0])
+        by_text: dict[str, Sample] = {}
+        for s in pool:
+            if unknown(s) and s.spec.text not in by_text:
+                by_text[s.spec.text] = s
+        ranked = self.critic.rank(problem, [s.spec for s in by_text.values()])
+        return [by_text[sp.text] for sp in pick(ranked, self.group)]
 
     def _evaluate_group(self, problem, group, extra, known, alias, res, budget, first=()) -> int:
         """Evaluate the unknown specs (`first`, then the group, then `extra`, up to the budget),

@@ -65,6 +65,16 @@ def test_writing_an_input_fails_guard():
     assert "A input modified" in rep.results[0].detail
 
 
+def test_non_finite_output_in_the_guard_check_is_counted_not_nan():
+    # rel_error of an output holding NaN is NaN: the check reports how many, a finite value.
+    def flaky(a, b, c):
+        good(a, b, c)
+        c[0, :5] = float("nan")
+    rep = run(flaky, Problem(32, 40, 32), checks=("guard",))
+    r = rep.results[0]
+    assert not r.passed and r.value == 5.0 and "non-finite" in r.detail
+
+
 def test_stale_results_fail_fresh():
     cache = {}
 

@@ -202,22 +202,24 @@ import json                                                                  # n
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 TINY = ["--synthetic", "--held-out", "256x64x512:nn,64x16384x4096:nt", "--train", "1", "--budgets", "8,16"]
-METHODS4 = ("policy", "random", "fixed", "cost")
+METHODS5 = ("policy", "random", "fixed", "cost", "critic")
 
 
 class StandInRanker:
-    """The cost method's model, standing in for a CostModel (same `rank`): orders a pool by a hash of
-    the spec text, and records each pool it ranked."""
+    """The cost and critic methods' model, standing in for a CostModel (same `rank`): orders a pool by
+    a hash of the spec text, and records each pool it ranked."""
 
     def __init__(self):
-        self.pools = {}
+        self.pools = {}        # the first pool ranked per shape: the cost method's (its list is made first)
+        self.calls = []        # every (shape, pool) ranked, the critic's too
 
     def key(self, s):
         import hashlib
         return hashlib.sha256(s.text.encode()).hexdigest()
 
     def rank(self, problem, specs):
-        self.pools[problem.text] = list(specs)
+        self.pools.setdefault(problem.text, list(specs))
+        self.calls.append((problem.text, list(specs)))
         return sorted(specs, key=self.key)
 
 
@@ -255,7 +257,7 @@ def se(monkeypatch):
 def _results(res):
     """What a row reports, less what it cost (which differs between a run and its resumed parts)."""
     keep = ("8", "16", "screen", "winner", "ratio", "proposals", "curve", "evals")
-    return [{k: (r[k] if k not in METHODS4 else {x: r[k][x] for x in keep}) for k in r
+    return [{k: (r[k] if k not in METHODS5 else {x: r[k][x] for x in keep}) for k in r
              if k not in ("shape_cost", "recheck")} for r in res["rows"]]
 
 
@@ -270,13 +272,13 @@ def test_the_study_on_the_stub_clock_all_methods_outputs_and_resume(se, tmp_path
     assert sorted(x.name for x in out.iterdir()) == ["best_so_far.png", "study.csv", "study.db.gz", "study.json",
                                                       "study.log", "study.md"]
     r = json.loads((out / "study.json").read_text())
-    assert r["complete"] and r["methods"] == list(METHODS4) and len(r["rows"]) == 2
+    assert r["complete"] and r["methods"] == list(METHODS5) and len(r["rows"]) == 2
     assert r["results_are"] == "model" and r["plan"]["calls"] == 1 and r["modeled_device_s"] > 0
     for row in r["rows"]:
         # The reference is the best any method found at any budget; best-so-far never falls.
-        assert row["reference"] == max(row[m][b] for m in METHODS4 for b in ("8", "16")) > 0
-        assert max(row[m]["ratio"]["16"] for m in METHODS4) == 1.0
-        for m in METHODS4:
+        assert row["reference"] == max(row[m][b] for m in METHODS5 for b in ("8", "16")) > 0
+        assert max(row[m]["ratio"]["16"] for m in METHODS5) == 1.0
+        for m in METHODS5:
             assert row[m]["8"] <= row[m]["16"] and row[m]["ratio"]["8"] <= row[m]["ratio"]["16"] <= 1.0
             assert row[m]["curve"] == sorted(row[m]["curve"]) and row[m]["proposals"] == {"8": 8, "16": 16}
             assert 0 < row[m]["modeled_s"]["8"] <= row[m]["modeled_s"]["16"] <= row["shape_cost"]["shape_modeled_s"]
@@ -299,8 +301,8 @@ def test_the_study_on_the_stub_clock_all_methods_outputs_and_resume(se, tmp_path
     assert len(CountingStudyClock.asked) == len(ms) > 0
     # The CSV: one row per shape x method x budget, as the JSON says.
     rows = list(csv.DictReader(open(out / "study.csv")))
-    assert len(rows) == 2 * 4 * 2 and {(x["problem"], x["method"], x["budget"]) for x in rows} == {
-        (p, m, b) for p in ("256x64x512:nn", "64x16384x4096:nt") for m in METHODS4 for b in ("8", "16")}
+    assert len(rows) == 2 * 5 * 2 and {(x["problem"], x["method"], x["budget"]) for x in rows} == {
+        (p, m, b) for p in ("256x64x512:nn", "64x16384x4096:nt") for m in METHODS5 for b in ("8", "16")}
     for x in rows:
         row = next(y for y in r["rows"] if y["problem"] == x["problem"])
         assert float(x["best_vs_reference"]) == pytest.approx(row[x["method"]]["ratio"][x["budget"]], abs=1e-5)
@@ -329,6 +331,30 @@ def test_the_study_on_the_stub_clock_all_methods_outputs_and_resume(se, tmp_path
     assert se.main(TINY + ["--time-limit", "0", "--out", str(tmp_path / "b3"), "--store", str(store2)]) == 0
     b3 = json.loads((tmp_path / "b3" / "study.json").read_text())
     assert len(CountingStudyClock.asked) == n_full and b3["cost_total"]["unique"] == 0 and b3["resumed_rows"] == 2
+
+
+def test_a_method_added_to_a_finished_study_measures_only_its_own_proposals(se, tmp_path):
+    """The critic added to a study whose rows were finished without it: the shapes are re-run, the
+    store answers every earlier measurement (the other methods' results come out the same), and the
+    clock is asked only for specs the critic proposed that nobody had measured."""
+    store = tmp_path / "live" / "study.db"
+    four = ["--methods", "policy,random,fixed,cost"]
+    assert se.main(TINY + four + ["--time-limit", "0", "--out", str(tmp_path / "a"), "--store", str(store)]) == 0
+    a = json.loads((tmp_path / "a" / "study.json").read_text())
+    CountingStudyClock.asked = []
+    assert se.main(TINY + ["--time-limit", "0", "--out", str(tmp_path / "b"), "--store", str(store)]) == 0
+    b = json.loads((tmp_path / "b" / "study.json").read_text())
+    assert b["methods"] == list(METHODS5) and b["resumed_rows"] == 0 and b["complete"]
+    keep = ("8", "16", "winner", "ratio", "curve")
+    for ra, rb in zip(a["rows"], b["rows"]):
+        for m in METHODS5[:4]:
+            # ratios move only where the critic found a better reference
+            assert {k: rb[m][k] for k in keep if k != "ratio"} == {k: ra[m][k] for k in keep if k != "ratio"}
+    # New measurements (clock calls) only by the critic's screen and the re-check of its winners.
+    cost = b["cost_by_method"]
+    assert cost["critic"]["unique"] > 0 and all(cost[m]["unique"] == 0 for m in ("train", *METHODS5[:4]))
+    assert len(CountingStudyClock.asked) == cost["critic"]["unique"] + cost["recheck"]["unique"]
+    assert cost["recheck"]["unique"] <= len({t for r in b["rows"] for t in r["critic"]["winner"].values()})
 
 
 def test_the_committed_held_out_set():

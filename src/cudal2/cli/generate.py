@@ -3,7 +3,8 @@
   cudal2 generate --backend triton|cuda|both --shapes grid|grid:N|FILE|MxNxK,... [--layout nn|nt]
                   [--budget N] [--group G] [--seed-list fixed:N|auto:N|model:N|none] [--screen-ms MS]
                   [--screen-max-calls N] [--full-ms MS] [--recheck K] [--time-limit S] [--stride S]
-                  [--policy default|hf:PATH] [--store PATH] [--registry PATH] [--resume] [--replay STORE]
+                  [--policy default|hf:PATH] [--cost-model PATH [--critic-pool N]] [--store PATH]
+                  [--registry PATH] [--resume] [--replay STORE]
                   [--cluster ray[:ADDR]] [--seed S] [--file-margin R] [--cublas-margin R] [--m-buckets]
 
 Per shape (rl/staged.py): the fixed list's first N specs, then policy groups (GRPO on each) up to
@@ -51,13 +52,18 @@ def _replayable(evaluator, problems, replay: str):
     return [p for p in problems if p.text in have], absent
 
 
-def _cost_model(path, seed_kind: str):
-    """The model of --cost-model (None without one); --seed-list cost:N and --cost-model go together."""
+def _cost_model(path, seed_kind: str, critic_pool: int = 0):
+    """The model of --cost-model (None without one): it ranks the seeds of --seed-list cost:N and/or,
+    with --critic-pool N, the policy's samples; each of those needs it, and it needs one of them."""
     from .errors import fail
-    if seed_kind == "cost" and not path:
-        fail("--seed-list cost:N needs --cost-model PATH (train one: cudal2 train --store STORE --out PATH)")
-    if path and seed_kind != "cost":
-        fail("--cost-model ranks the seeds of --seed-list cost:N; give that too")
+    if critic_pool < 0:
+        fail(f"--critic-pool must be >= 0 (0: no critic), got {critic_pool}")
+    if (seed_kind == "cost" or critic_pool) and not path:
+        fail(f"{'--seed-list cost:N' if seed_kind == 'cost' else '--critic-pool'} needs --cost-model PATH "
+             "(train one: cudal2 train --store STORE --out PATH)")
+    if path and seed_kind != "cost" and not critic_pool:
+        fail("--cost-model ranks the seeds of --seed-list cost:N or, with --critic-pool N, the policy's "
+             "samples; give one of those too")
     if not path:
         return None
     from ..rl.costmodel import CostModel
@@ -113,8 +119,11 @@ def generate_cmd(
         None, "--init-policy", help="start the default policy from this checkpoint (cudal2 train --policy-out: "
         "pretrained on stored measurements) instead of fresh weights; --resume's checkpoint still wins"),
     cost_model: Optional[str] = typer.Option(
-        None, "--cost-model", help="a model from `cudal2 train` (for --seed-list cost:N): ranks each shape's "
-        "candidate pool on the CPU before any GPU time"),
+        None, "--cost-model", help="a model from `cudal2 train` (for --seed-list cost:N and --critic-pool): "
+        "ranks candidates on the CPU before any GPU time"),
+    critic_pool: int = typer.Option(
+        0, "--critic-pool", help="N > 0: each policy group is the --cost-model's best of N x --group of the "
+        "policy's samples (the policy with a critic); 0: the policy's own draw"),
     screen_ms: float = typer.Option(10.0, "--screen-ms", help="timing per function in the screen of each proposal (ms)"),
     full_ms: float = typer.Option(100.0, "--full-ms", help="timing per function in the full re-check (ms)"),
     screen_max_calls: Optional[int] = typer.Option(
@@ -162,7 +171,7 @@ def generate_cmd(
         fail(str(e))
     if time_limit is not None and time_limit <= 0:
         fail(f"--time-limit must be > 0 seconds (got {time_limit})")
-    ranker = _cost_model(cost_model, seed_kind)
+    ranker = _cost_model(cost_model, seed_kind, critic_pool)
     from .compare import parse_baselines
     from .errors import UserError
     try:
@@ -247,7 +256,7 @@ def generate_cmd(
               "full_ms": full_ms, "screen_max_calls": screen_max_calls, "recheck": recheck_k,
               "time_limit": time_limit, "stride": stride, "file_margin": file_margin,
               "cublas_margin": cublas_margin, "m_buckets": m_buckets, "cost_model": cost_model,
-              "init_policy": init_policy,
+              "init_policy": init_policy, "critic_pool": critic_pool,
               # the baselines best-cublas is formed from, and whether the user named them
               "baselines": None if replay else list(names), "baselines_named": baselines_arg is not None}
     run_id = store.new_run(config, device=device_key, versions=versions)
@@ -261,7 +270,8 @@ def generate_cmd(
     opts = {"budget": budget, "group": group, "backends": _BACKENDS[backend], "seed": seed, "resume": resume,
             "registry": registry, "n_seed": n_seed, "seed_kind": seed_kind, "recheck": recheck_k, "deadline": deadline,
             "file_margin": file_margin, "baselines": None if replay else list(names),
-            "cublas_margin": cublas_margin, "buckets": bucket_floors(problems) if m_buckets else {}, "ranker": ranker}
+            "cublas_margin": cublas_margin, "buckets": bucket_floors(problems) if m_buckets else {}, "ranker": ranker,
+            "critic_pool": critic_pool}
     from ..evaluate.procs import EvaluatorError
     try:
         results, left = _search(pol, shared, device, device_key, store, run_id, problems, opts)
@@ -326,7 +336,8 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
     ckdir = Path(str(store.path) + ".ckpt")
     search = Search(pol, shared.view("generate", "screen"), device, device_key, store=store, run_id=run_id,
                     group=o["group"], backends=o["backends"], seed=o["seed"], resume=o["resume"],
-                    checkpoint_dir=ckdir, on_event=on_event, store_measurements=False)
+                    checkpoint_dir=ckdir, on_event=on_event, store_measurements=False,
+                    critic=o["ranker"] if o["critic_pool"] else None, critic_pool=max(o["critic_pool"], 1))
     todo = [p for p in problems if p.text not in done]
     if done:
         console.print(f"--resume: {len(problems) - len(todo)} shapes already finished in the store, skipped")
