@@ -154,3 +154,17 @@ class CostModel(nn.Module):
         m.info = d.get("info", {})
         m.eval()
         return m
+
+
+def pick(ranked: list[KernelSpec], n: int) -> list[KernelSpec]:
+    """The first n of `ranked` with distinct (family, bm, bn, split_k); then the rest in order. Here,
+    not in costrank, so the search (rl/search.py, the critic) can use it without an import cycle."""
+    out, seen = [], set()
+    for s in ranked:
+        key = (s.family, s.bm, s.bn, s.split_k)
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+        if len(out) >= n:
+            return out
+    return out + [s for s in ranked if s not in out][: n - len(out)]

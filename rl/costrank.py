@@ -11,9 +11,9 @@ Why draws and not `enumerate_valid` or the policy's masked sampler: both cost ~5
 2 cores (enumerate_valid walks 46,720 specs at 4096^3 in ~5 s), seconds per shape against a 2.4 s
 search; a draw + validity check costs ~30 us.
 
-`pick` takes the N best-scored specs with distinct (family, bm, bn, split_k): N stage or group
-variants of one tile would spend the seeds on one guess (the model's error on one tile is shared
-by all its variants).
+`pick` (rl/costmodel.py) takes the N best-scored specs with distinct (family, bm, bn, split_k): N
+stage or group variants of one tile would spend the seeds on one guess (the model's error on one
+tile is shared by all its variants).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import random
 from cudal2.problems import Problem
 from cudal2.spec import CHOICES, FAMILIES, PINNED, POW2_BN_FAMILIES, WARPS, WGMMA_TILE, KernelSpec, is_valid
 
-from .costmodel import CostModel
+from .costmodel import CostModel, pick
 
 N_RANDOM = 512
 
@@ -72,19 +72,6 @@ def pool(problem: Problem, device, backends=None, extra=(), n_random: int = N_RA
     specs = FixedListPolicy.candidates(problem, device, backends) + list(extra)
     specs += random_valid(problem, device, n_random, backends)
     return list({s.text: s for s in specs}.values())
-
-
-def pick(ranked: list[KernelSpec], n: int) -> list[KernelSpec]:
-    """The first n of `ranked` with distinct (family, bm, bn, split_k); then the rest in order."""
-    out, seen = [], set()
-    for s in ranked:
-        key = (s.family, s.bm, s.bn, s.split_k)
-        if key not in seen:
-            seen.add(key)
-            out.append(s)
-        if len(out) >= n:
-            return out
-    return out + [s for s in ranked if s not in out][: n - len(out)]
 
 
 def cost_seeds(n: int, problem: Problem, device, backends, model: CostModel, extra=(),

@@ -292,7 +292,7 @@ class Search:
         critic; the best `group` of them, distinct in (family, bm, bn, split_k) first (a tile's stage
         and raster variants share the model's error on that tile). GRPO trains on this group: a
         filtered draw (best-of-n), so its advantages compare candidates the critic already liked."""
-        from .costrank import pick
+        from .costmodel import pick
         pool = self.policy.sample(problem, self.device, self.group * self.critic_pool, generator=self.gen,
                                   backends=self.backends, temperature=self.temperatures[0])
         by_text: dict[str, Sample] = {}
