@@ -85,12 +85,12 @@ def main() -> None:
             res["shapes"][name] = _rows(store)
             print(f"{name}: restored at step {runs[1]['restored_step']}; "
                   f"{sum(r['wall_s'] for r in runs):.0f} s", flush=True)
+    from cudal2.stats import geomean
     hf, de = res["shapes"]["hf"], res["shapes"]["default"]
-    import math
     for which in ("screen_speedup", "full_speedup"):
         pairs = [(hf[k][which], de[k][which]) for k in hf if k in de and hf[k][which] and de[k][which]]
-        g = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None  # noqa: E731
-        res[f"geomean_{which}"] = {"hf": g([a for a, _ in pairs]), "default": g([b for _, b in pairs]),
+        res[f"geomean_{which}"] = {"hf": geomean([a for a, _ in pairs]) if pairs else None,
+                                   "default": geomean([b for _, b in pairs]) if pairs else None,
                                    "shapes": len(pairs)}
         print(which, res[f"geomean_{which}"], flush=True)
     (out / "hf_policy.json").write_text(json.dumps(res, indent=1, default=str))

@@ -249,20 +249,9 @@ class Search:
             return s.spec is not None and alias.get(s.spec.text, s.spec.text) not in known
         G, temps = self.group, self.temperatures
         if self.critic is not None and not isinstance(self.policy, FixedListPolicy):
-            group = self._critic_group(problem, unknown)
-            if len(group) >= G:
-                return group, []
-            temps = temps[1:] or temps      # too few new specs in the pool: hot draws fill the group
-            new = {s.spec.text for s in group}
-            extra = []
-            for temp in temps:
-                for s in self.policy.sample(problem, self.device, G, generator=self.gen, backends=self.backends,
-                                            temperature=temp):
-                    if unknown(s) and s.spec.text not in new and len(new) < G:
-                        new.add(s.spec.text)
-                        extra.append(s)
-            return group, extra
-        if getattr(self.policy, "row_temperatures", False) and len(temps) > 1:
+            # The critic's pick of a large draw; if it holds too few new specs, hot draws fill it below.
+            group, hot = self._critic_group(problem, unknown), None
+        elif getattr(self.policy, "row_temperatures", False) and len(temps) > 1:
             # One batched call for the cold group and all hot draws: the cost is per forward, not per row.
             t = torch.tensor([x for x in temps for _ in range(G)])
             allrows = self.policy.sample(problem, self.device, len(t), generator=self.gen,

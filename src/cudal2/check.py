@@ -130,16 +130,22 @@ def _run(fn: KernelFn, a, b, c) -> None:
 
 
 # ---- the checks -------------------------------------------------------------------------------------
+def _error_result(name: str, c: torch.Tensor, ref: torch.Tensor, what: str) -> CheckResult:
+    """Non-finite outputs counted first: their relative error would be NaN, a value no store keeps
+    (2026-12-04, H200: one in the guard check stopped a search)."""
+    bad = (~torch.isfinite(c)).sum().item()
+    if bad:
+        return CheckResult(name, False, float(bad), 0, f"non-finite outputs of {c.numel()}")
+    err = rel_error(c, ref)
+    return CheckResult(name, err <= REL_TOL, err, REL_TOL, what)
+
+
 def _check_random(fn, p, dev, gen, name="random", c=None) -> CheckResult:
     a, b = make_inputs(p, dev, gen)
     if c is None:
         c = torch.empty(p.M, p.N, dtype=torch.float16, device=dev)
     _run(fn, a, b, c)
-    bad = (~torch.isfinite(c)).sum().item()
-    if bad:
-        return CheckResult(name, False, float(bad), 0, f"non-finite outputs of {c.numel()}")
-    err = rel_error(c, reference(a, b, p.layout))
-    return CheckResult(name, err <= REL_TOL, err, REL_TOL, "relative error")
+    return _error_result(name, c, reference(a, b, p.layout), "relative error")
 
 
 def _check_exact(fn, p, dev, gen) -> CheckResult:
@@ -192,12 +198,7 @@ def _check_guard(fn, p, dev, gen) -> CheckResult:
             problems.append(f"{names[i]} input modified")
     if problems:
         return CheckResult("guard", False, float(len(problems)), 0, "; ".join(problems))
-    # Non-finite outputs made rel_error NaN, a NaN the store could not keep (2026-12-04, H200): count them.
-    bad = (~torch.isfinite(views[2])).sum().item()
-    if bad:
-        return CheckResult("guard", False, float(bad), 0, f"non-finite outputs of {views[2].numel()}")
-    err = rel_error(views[2], reference(a0, b0, p.layout))
-    return CheckResult("guard", err <= REL_TOL, err, REL_TOL, "guards intact; relative error")
+    return _error_result("guard", views[2], reference(a0, b0, p.layout), "guards intact; relative error")
 
 
 def _check_fresh(fn, p, dev, gen) -> CheckResult:
