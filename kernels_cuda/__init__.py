@@ -56,6 +56,7 @@ def defines(spec: KernelSpec, layout: str) -> dict[str, int]:
         d["PINGPONG"] = int(spec.pingpong)
         d["LITE"] = int(spec.warp_spec == 0)
         d["EPI_COLS"] = spec.epi_cols
+        d["MC_A"] = int(spec.cluster_shares_a)
     return d
 
 

@@ -29,11 +29,12 @@
 //                    bit-identical whichever CTA is last, stores C, and resets the counter to 0
 //                    for the next launch. The launcher zeroes the counters once per workspace.
 // Work units are handed out persistently (unit u, u + clusters, ...); tiles in GROUP_M order. With
-// CLUSTER=2 the two CTAs of a cluster take vertically adjacent tiles, share the B tile, and each
-// loads half of it multicast into both CTAs' smem. Layout nt: both operands K-major; nn: B is
+// CLUSTER=2 the two CTAs of a cluster share one operand tile and each loads half of it multicast
+// into both CTAs' smem: MC_A=0, vertically adjacent tiles sharing B; MC_A=1 (BM > BN: A is the
+// larger tile), horizontally adjacent tiles sharing A. Layout nt: both operands K-major; nn: B is
 // N-major and wgmma reads it through the transpose bit.
-// Knobs (macros): BM BN BK(=64) WARPS CONSUMERS PINGPONG LITE STAGES GROUP_M CLUSTER SPLIT_K LAYOUT_NT
-//                 EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest dividing BN).
+// Knobs (macros): BM BN BK(=64) WARPS CONSUMERS PINGPONG LITE STAGES GROUP_M CLUSTER MC_A SPLIT_K
+//                 LAYOUT_NT EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest dividing BN).
 // The PTX wrappers it calls (mbarrier, TMA, stmatrix, wgmma, DSMEM) are in hopper.cuh.
 
 #define THREADS (WARPS * 32)
@@ -75,14 +76,22 @@ DEVI void cluster_sync() {
 #endif
 }
 
-// A work unit: tile (tm, tn) of this CTA and its K-tile range [kt0, kt1).
-DEVI void unit_of(int u, int ctiles_m, int tiles_n, int ktiles, u32 rank, int& tm, int& tn, int& split,
+// A work unit: tile (tm, tn) of this CTA and its K-tile range [kt0, kt1). The grid of cluster
+// tiles is ctiles_m x ctiles_n (the tile grid with the shared dimension halved, rounded up: a
+// partner past the edge loads zeros and stores nothing).
+DEVI void unit_of(int u, int ctiles_m, int ctiles_n, int ktiles, u32 rank, int& tm, int& tn, int& split,
                   int& kt0, int& kt1) {
     const int t = u / SPLIT_K;
     split = u % SPLIT_K;
-    int cm;
-    group_tile(t, ctiles_m, tiles_n, GROUP_M, cm, tn);
+    int cm, cn;
+    group_tile(t, ctiles_m, ctiles_n, GROUP_M, cm, cn);
+#if MC_A
+    tm = cm;
+    tn = cn * CLUSTER + rank;
+#else
     tm = cm * CLUSTER + rank;
+    tn = cn;
+#endif
     kt0 = split * ktiles / SPLIT_K;
     kt1 = (split + 1) * ktiles / SPLIT_K;
 }
@@ -99,8 +108,14 @@ DEVI void produce(const TensorMap* tmA, const TensorMap* tmB, u32 ring, u32 full
     mbar_wait(empty0 + 8 * s, phase ^ 1);
     const u32 fb = full0 + 8 * s, sa = ring + s * STAGE_BYTES, sb = sa + A_BYTES;
     mbar_expect_tx(fb, STAGE_BYTES);
+#if MC_A
+    // Half of the shared A tile's rows from each CTA, into both; B is this CTA's own.
+    tma_load_mc(sa + rank * (A_BYTES / CLUSTER), tmA, kt * 64, tm * BM + rank * (BM / CLUSTER), fb,
+                (1u << CLUSTER) - 1);
+#else
     tma_load(sa, tmA, kt * 64, tm * BM, fb);
-#if CLUSTER == 1
+#endif
+#if CLUSTER == 1 || MC_A
 #if LAYOUT_NT
     tma_load(sb, tmB, kt * 64, tn * BN, fb);
 #else
@@ -155,8 +170,12 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
     cluster_sync();    // barriers initialised (and visible cluster-wide) before anyone uses them
 
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-    const int ctiles_m = (tiles_m + CLUSTER - 1) / CLUSTER;     // cluster-rows of tiles
-    const int total = ctiles_m * tiles_n * SPLIT_K;             // work units
+#if MC_A
+    const int ctiles_m = tiles_m, ctiles_n = (tiles_n + CLUSTER - 1) / CLUSTER;   // cluster-columns
+#else
+    const int ctiles_m = (tiles_m + CLUSTER - 1) / CLUSTER, ctiles_n = tiles_n;   // cluster-rows
+#endif
+    const int total = ctiles_m * ctiles_n * SPLIT_K;            // work units
     const int ktiles = (K + 63) / 64;
     const int cid = blockIdx.x / CLUSTER, nclusters = gridDim.x / CLUSTER;
 
@@ -168,7 +187,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             u32 phase = 0;
             for (int u = cid; u < total; u += nclusters) {
                 int tm, tn, split, kt0, kt1;
-                unit_of(u, ctiles_m, tiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
+                unit_of(u, ctiles_m, ctiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
                 for (int kt = kt0; kt < kt1; ++kt) produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt, rank, s, phase);
             }
         }
@@ -196,7 +215,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
         };
         for (int u = cid; u < total; u += nclusters) {
             int tm, tn, split, kt0, kt1;
-            unit_of(u, ctiles_m, tiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
+            unit_of(u, ctiles_m, ctiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
 #if PINGPONG
             // Units alternate between the two warpgroups; skip the other's ring stages. Mainloops
             // take turns (the other's must be done before this one starts): the ring's parity
@@ -305,10 +324,12 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             }
 #elif SPLIT_K > 1
             {
+                // Tiles of the cluster grid (a partner past the edge has its own counter).
+                const int tile = tm * (ctiles_n * (MC_A ? CLUSTER : 1)) + tn;
 #if PINGPONG
-                const int slot = tm * tiles_n + tn;    // a tile's slices may land on either warpgroup
+                const int slot = tile;                 // a tile's slices may land on either warpgroup
 #else
-                const int slot = (tm * tiles_n + tn) * CONSUMERS + c;
+                const int slot = tile * CONSUMERS + c;
 #endif
                 float* part = ws + (long long)slot * SPLIT_K * NV * 512;   // [split][NV][128 thr][4]
 #pragma unroll
@@ -382,7 +403,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // st.shared -> TMA's proxy
             wg_bar(1 + c);
-            if (tig == 0 && row0 < M) {
+            if (tig == 0 && row0 < M && tn * BN < N) {
 #pragma unroll
                 for (int b = 0; b < BN / EPI_COLS; ++b)
                     tma_store(&tmC, stage_c + b * EPI_BOX_BYTES, tn * BN + b * EPI_COLS, row0);

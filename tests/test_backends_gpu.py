@@ -34,6 +34,9 @@ CASES = [
     ("cuda", "wgmma", "bm=64 bn=64 warps=8 stages=12 split_k=4"),
     ("cuda", "wgmma", "bm=128 bn=128 warps=12 stages=5 split_k=2 cluster=2"),
     ("cuda", "wgmma", "bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=2"),
+    # cluster=2 sharing A (bm > bn: the pair along N; a partner past N's edge stores nothing).
+    ("cuda", "wgmma", "bm=256 bn=128 warps=12 stages=3 cluster=2"),
+    ("cuda", "wgmma", "bm=128 bn=64 warps=12 stages=8 warp_spec=2 split_k=2 cluster=2"),
     # issue 20: the lite schedule (no producer warpgroup, one unit per CTA), ring shallower than K
     # (slots refilled), two warpgroups, split-K.
     ("cuda", "wgmma", "bm=64 bn=64 warps=4 stages=3 warp_spec=0"),
@@ -144,6 +147,7 @@ def test_wgmma_odd_bn_nt(gpu_device, text):
 
 
 @pytest.mark.parametrize("text", ["bm=128 bn=128 warps=12 stages=5 split_k=16",
+                                  "bm=128 bn=64 warps=12 stages=6 split_k=4 cluster=2",
                                   "bm=64 bn=128 warps=4 stages=8 warp_spec=0 split_k=8",
                                   "bm=64 bn=64 warps=4 stages=8 warp_spec=0 split_k=16"])
 @pytest.mark.parametrize("layout", ["nn", "nt"])

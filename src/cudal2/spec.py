@@ -14,8 +14,9 @@ the producer warpgroup (lite: 4 or 8, no producer), warp_spec 1 = cooperative co
 2 = ping-pong, 0 = lite (one CTA per work unit, the tiny-shape schedule); split_k = K slices reduced
 in the same launch in a fixed order (lite and cooperative: inside a cluster of the slices through
 distributed shared memory; ping-pong and cluster=2: through a global workspace), cluster 2 = two
-CTAs along M sharing B by TMA multicast, stages up to what shared memory holds beside the epilogue's
-staging; subtile is pinned.
+CTAs sharing one operand tile by TMA multicast, each loading half of it into both: the larger tile
+(bm > bn: A, the pair along N; else B, the pair along M; `KernelSpec.cluster_shares_a`), stages up
+to what shared memory holds beside the epilogue's staging; subtile is pinned.
 
 family=stream (CUDA, decode / skinny: min(M, N) <= 64; kernels_cuda/stream.cu) reads the fields as:
 bm = rows of the large operand per CTA (16-128), bn = tokens of the small one per CTA (16-64),
@@ -163,6 +164,15 @@ class KernelSpec:
     @property
     def pingpong(self) -> bool:
         return self.family == "wgmma" and self.warp_spec == 2
+
+    @property
+    def cluster_shares_a(self) -> bool:
+        """wgmma cluster=2: the pair shares the A tile (the CTAs sit side by side along N) when it is
+        the larger tile (bm > bn), else the B tile (along M). The shared tile is what multicast halves
+        per CTA, so sharing the larger one saves the most L2->SM traffic: cuBLAS's H200 winners pair
+        the same way (nvjet 256x128 "1x2" at 4096^3, 128x128 and 64x128 "2x1": run 29). With a
+        256x128 tile sharing B, cluster=2 ran 0.78-0.84x of the same spec alone (run 30)."""
+        return self.family == "wgmma" and self.cluster > 1 and self.bm > self.bn
 
     @property
     def epi_cols(self) -> int:

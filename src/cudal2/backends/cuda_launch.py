@@ -193,9 +193,11 @@ class CudaKernel:
             raise ValueError("wgmma (TMA) needs 16-byte aligned a and b")
         if K % 8 or N % 8:
             raise ValueError(f"wgmma (TMA) needs N % 8 == 0 and K % 8 == 0, got N={N} K={K}")
-        sp, cl = self.spec, self.spec.cluster
-        ta = _encode(pa, K, M, 64, sp.bm)
-        tb = _encode(pb, K, N, 64, sp.bn // cl) if self.layout == "nt" else _encode(pb, N, K, 64, 64 // cl)
+        sp = self.spec
+        # A 2-CTA cluster loads the shared tile in halves, one per CTA (kernels_cuda/wgmma.cu).
+        ca, cb = (sp.cluster, 1) if sp.cluster_shares_a else (1, sp.cluster)
+        ta = _encode(pa, K, M, 64, sp.bm // ca)
+        tb = _encode(pb, K, N, 64, sp.bn // cb) if self.layout == "nt" else _encode(pb, N, K, 64, 64 // cb)
         if len(self._tmaps) >= _TMAP_CACHE_MAX:
             self._tmaps.clear()
         self._tmaps[key] = (ta, tb)
@@ -243,9 +245,17 @@ class CudaKernel:
         reduce their K slices inside a cluster and need none."""
         return self.spec.split_k > 1 and not cluster_split(self.spec)
 
+    def _cluster_tiles(self, M: int, N: int) -> tuple[int, int]:
+        """The tile grid with a 2-CTA cluster's shared dimension halved (rounded up): the pairs."""
+        sp, cl = self.spec, self.spec.cluster
+        if sp.cluster_shares_a:
+            return _cdiv(M, sp.bm), _cdiv(_cdiv(N, sp.bn), cl)
+        return _cdiv(_cdiv(M, sp.bm), cl), _cdiv(N, sp.bn)
+
     def _grid_wgmma(self, M: int, N: int) -> int:
         sp, cl = self.spec, self.spec.cluster
-        units = _cdiv(_cdiv(M, sp.bm), cl) * _cdiv(N, sp.bn) * sp.split_k   # (cluster tile, K slice)
+        cm, cn = self._cluster_tiles(M, N)
+        units = cm * cn * sp.split_k                                         # (cluster tile, K slice)
         if sp.warp_spec == 0 or cluster_split(sp):
             return units                  # lite, cluster split-K: one unit per CTA, no persistent loop
         ctas = self.cluster_ctas or self.sm_count                            # persistent: one CTA per SM
@@ -258,7 +268,8 @@ class CudaKernel:
         finds its counters at 0 wherever they sit. Returns (partials pointer, counters pointer)."""
         import torch
         sp = self.spec
-        tiles = _cdiv(_cdiv(M, sp.bm), sp.cluster) * sp.cluster * _cdiv(N, sp.bn)
+        cm, cn = self._cluster_tiles(M, N)
+        tiles = cm * cn * sp.cluster         # every CTA's tile, partners past the edge included
         slots = tiles * (1 if sp.pingpong else sp.consumers)
         floats = tiles * sp.split_k * sp.bm * sp.bn
         pair = self._ws_streams.get(stream)
