@@ -68,6 +68,8 @@ def main() -> None:
     ap.add_argument("--n-embd", type=int, default=128)
     ap.add_argument("--n-layer", type=int, default=2)
     ap.add_argument("--n-head", type=int, default=4)
+    ap.add_argument("--policies", default="hf,default",
+                    help="which side(s) to run: hf, default or both (a device call too short for both)")
     args = ap.parse_args()
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
@@ -77,7 +79,10 @@ def main() -> None:
     res = {"lm": {"n_embd": args.n_embd, "n_layer": args.n_layer, "n_head": args.n_head, "seed": args.seed},
            "budget": args.budget, "group": args.group, "commit": _commit(), "runs": {}, "shapes": {}}
     with open(out / "hf_policy.log", "w") as log:
+        wanted = set(args.policies.split(","))
         for name, policy in (("hf", f"hf:{lm}"), ("default", "default")):
+            if name not in wanted:
+                continue
             store, reg = work / f"{name}.db", work / f"reg_{name}"
             runs = [_generate(args, policy, args.nn, "nn", store, reg, False, log),
                     _generate(args, policy, args.nt, "nt", store, reg, True, log)]
@@ -86,7 +91,7 @@ def main() -> None:
             print(f"{name}: restored at step {runs[1]['restored_step']}; "
                   f"{sum(r['wall_s'] for r in runs):.0f} s", flush=True)
     from cudal2.stats import geomean
-    hf, de = res["shapes"]["hf"], res["shapes"]["default"]
+    hf, de = res["shapes"].get("hf", {}), res["shapes"].get("default", {})
     for which in ("screen_speedup", "full_speedup"):
         pairs = [(hf[k][which], de[k][which]) for k in hf if k in de and hf[k][which] and de[k][which]]
         res[f"geomean_{which}"] = {"hf": geomean([a for a, _ in pairs]) if pairs else None,
