@@ -55,6 +55,7 @@ def defines(spec: KernelSpec, layout: str) -> dict[str, int]:
         d["CONSUMERS"] = spec.consumers
         d["PINGPONG"] = int(spec.pingpong)
         d["LITE"] = int(spec.warp_spec == 0)
+        d["SUBTILE"] = spec.subtile
         d["EPI_COLS"] = spec.epi_cols
         d["MC_A"] = int(spec.cluster_shares_a)
     return d

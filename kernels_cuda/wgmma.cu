@@ -17,7 +17,9 @@
 //                    store (cp.async.bulk.tensor global <- shared), committed as a bulk group and
 //                    left in flight: the warpgroup goes straight on to the next unit's MMAs and only
 //                    waits for the staging to be read before it writes it again. TMA clips the
-//                    tails (rows >= M, cols >= N): no guarded scalar stores.
+//                    tails (rows >= M, cols >= N): no guarded scalar stores. SUBTILE=2 stages half
+//                    the tile's columns at a time (the second half waits for the first's store to
+//                    read the staging): half the staging, so a deeper ring fits beside it.
 //   split-K          SPLIT_K > 1, lite or cooperative (CSPLIT): one CTA per (tile, K-slice), the
 //                    tile's slices one thread-block cluster; each stages its fp32 partial in its
 //                    idle ring and each sums a share of every slice's partial through distributed
@@ -34,7 +36,8 @@
 // larger tile), horizontally adjacent tiles sharing A. Layout nt: both operands K-major; nn: B is
 // N-major and wgmma reads it through the transpose bit.
 // Knobs (macros): BM BN BK(=64) WARPS CONSUMERS PINGPONG LITE STAGES GROUP_M CLUSTER MC_A SPLIT_K
-//                 LAYOUT_NT EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest dividing BN).
+//                 LAYOUT_NT SUBTILE EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest
+//                 dividing BN / SUBTILE).
 // The PTX wrappers it calls (mbarrier, TMA, stmatrix, wgmma, DSMEM) are in hopper.cuh.
 
 #define THREADS (WARPS * 32)
@@ -49,8 +52,9 @@
 #define MW (CROWS / 64)                   // m64 sub-tiles per consumer warpgroup
 #define NACC (BN / 2)                     // fp32 accumulators per thread per m64 sub-tile
 #define NV (MW * NACC / 4)                // float4 groups of accumulators per thread
+#define SUB_COLS (BN / SUBTILE)           // columns staged at once
 #define EPI_BOX_BYTES (CROWS * EPI_COLS * 2)
-#define EPI_BYTES (CROWS * BN * 2)        // staging per consumer warpgroup
+#define EPI_BYTES (CROWS * SUB_COLS * 2)  // staging per consumer warpgroup
 // TMA swizzle of the staging box (128/64/32-byte rows): 16-byte chunk bits [4, 4+b) ^= bits [7, 7+b).
 #define EPI_SWZ (EPI_COLS == 64 ? 7 : (EPI_COLS == 32 ? 3 : 1))
 #define RCH 8                             // split-K reduction: float4 groups loaded together
@@ -378,36 +382,43 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 if (tig == 0) counters[slot] = 0;    // ready for the next launch
             }
 #endif
-            // Epilogue. The staging must have been read by the previous unit's TMA store.
-            if (tig == 0) bulk_wait_read();
-            wg_bar(1 + c);
-            // Fragment layout of m64nN f32: warp w owns rows 16w..16w+15; acc[4j+0,1] sit at row
-            // lane/4, cols 8j + 2(lane%4) + {0,1}; acc[4j+2,3] at row lane/4 + 8: per 8-column
-            // block, the mma.sync C layout, so stmatrix.x4 writes two blocks x 16 rows at once
-            // (4x fewer shared stores than 4-byte ones); lane l gives the address of row l%8 of
-            // matrix l/8 (rows +8 for odd matrices, the second block for matrices 2-3). Each such
-            // row is one 16-byte chunk of the swizzled box, so the swizzle applies unchanged.
+            // Epilogue, SUBTILE column blocks of SUB_COLS. The staging must have been read by the
+            // previous TMA store (the last unit's, or this unit's previous block) before it is
+            // written again.
 #pragma unroll
-            for (int mw = 0; mw < MW; ++mw) {
-                const int r = mw * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+            for (int h = 0; h < SUBTILE; ++h) {
+                if (tig == 0) bulk_wait_read();
+                wg_bar(1 + c);
+                // Fragment layout of m64nN f32: warp w owns rows 16w..16w+15; acc[4j+0,1] sit at row
+                // lane/4, cols 8j + 2(lane%4) + {0,1}; acc[4j+2,3] at row lane/4 + 8: per 8-column
+                // block, the mma.sync C layout, so stmatrix.x4 writes two blocks x 16 rows at once
+                // (4x fewer shared stores than 4-byte ones); lane l gives the address of row l%8 of
+                // matrix l/8 (rows +8 for odd matrices, the second block for matrices 2-3). Each
+                // such row is one 16-byte chunk of the swizzled box, so the swizzle applies unchanged.
 #pragma unroll
-                for (int j = 0; j < BN / 8; j += 2) {
-                    const int col = (j + (lane >> 4)) * 8;
-                    const u32 o = r * (EPI_COLS * 2) + (col % EPI_COLS) * 2;
-                    stmatrix_x4(stage_c + (col / EPI_COLS) * EPI_BOX_BYTES + (o ^ (((o >> 7) & EPI_SWZ) << 4)),
-                                pack_f16x2(acc[mw][4 * j], acc[mw][4 * j + 1]),
-                                pack_f16x2(acc[mw][4 * j + 2], acc[mw][4 * j + 3]),
-                                pack_f16x2(acc[mw][4 * j + 4], acc[mw][4 * j + 5]),
-                                pack_f16x2(acc[mw][4 * j + 6], acc[mw][4 * j + 7]));
+                for (int mw = 0; mw < MW; ++mw) {
+                    const int r = mw * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+                    for (int j = h * (SUB_COLS / 8); j < (h + 1) * (SUB_COLS / 8); j += 2) {
+                        const int col = (j + (lane >> 4)) * 8 - h * SUB_COLS;   // within the block
+                        const u32 o = r * (EPI_COLS * 2) + (col % EPI_COLS) * 2;
+                        stmatrix_x4(stage_c + (col / EPI_COLS) * EPI_BOX_BYTES + (o ^ (((o >> 7) & EPI_SWZ) << 4)),
+                                    pack_f16x2(acc[mw][4 * j], acc[mw][4 * j + 1]),
+                                    pack_f16x2(acc[mw][4 * j + 2], acc[mw][4 * j + 3]),
+                                    pack_f16x2(acc[mw][4 * j + 4], acc[mw][4 * j + 5]),
+                                    pack_f16x2(acc[mw][4 * j + 6], acc[mw][4 * j + 7]));
+                    }
                 }
-            }
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // st.shared -> TMA's proxy
-            wg_bar(1 + c);
-            if (tig == 0 && row0 < M && tn * BN < N) {
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // st.shared -> TMA's proxy
+                wg_bar(1 + c);
+                if (tig == 0 && row0 < M) {
 #pragma unroll
-                for (int b = 0; b < BN / EPI_COLS; ++b)
-                    tma_store(&tmC, stage_c + b * EPI_BOX_BYTES, tn * BN + b * EPI_COLS, row0);
-                bulk_commit();
+                    for (int b = 0; b < SUB_COLS / EPI_COLS; ++b) {
+                        const int col0 = tn * BN + h * SUB_COLS + b * EPI_COLS;
+                        if (col0 < N) tma_store(&tmC, stage_c + b * EPI_BOX_BYTES, col0, row0);
+                    }
+                    bulk_commit();
+                }
             }
         }
         // The CTA may exit once the last stores have read the staging: the writes complete on their

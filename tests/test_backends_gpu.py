@@ -37,6 +37,9 @@ CASES = [
     # cluster=2 sharing A (bm > bn: the pair along N; a partner past N's edge stores nothing).
     ("cuda", "wgmma", "bm=256 bn=128 warps=12 stages=3 cluster=2"),
     ("cuda", "wgmma", "bm=128 bn=64 warps=12 stages=8 warp_spec=2 split_k=2 cluster=2"),
+    # subtile=2: the epilogue in two column blocks through half the staging (N's edge per block).
+    ("cuda", "wgmma", "bm=256 bn=128 warps=12 stages=4 subtile=2"),
+    ("cuda", "wgmma", "bm=128 bn=128 warps=12 stages=6 warp_spec=2 subtile=2 cluster=2"),
     # issue 20: the lite schedule (no producer warpgroup, one unit per CTA), ring shallower than K
     # (slots refilled), two warpgroups, split-K.
     ("cuda", "wgmma", "bm=64 bn=64 warps=4 stages=3 warp_spec=0"),
@@ -129,6 +132,7 @@ NT_ODD_BN = [
     "bm=128 bn=112 warps=12 stages=6",
     "bm=64 bn=208 warps=12 stages=5 warp_spec=2",
     "bm=128 bn=96 warps=12 stages=6 cluster=2",
+    "bm=128 bn=224 warps=12 stages=4 subtile=2",
     "bm=64 bn=48 warps=8 stages=15 split_k=8",
     "bm=128 bn=160 warps=12 stages=4 split_k=2",
     "bm=64 bn=48 warps=4 stages=4 warp_spec=0 split_k=2",

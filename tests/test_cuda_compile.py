@@ -44,6 +44,12 @@ SPECS = [
     ("family=wgmma bm=256 bn=128 warps=12 stages=3 cluster=2", "nn"),
     ("family=wgmma bm=256 bn=112 warps=12 stages=3 cluster=2", "nt"),
     ("family=wgmma bm=128 bn=64 warps=12 stages=8 warp_spec=2 split_k=2 cluster=2", "nt"),
+    # subtile=2: the epilogue stages half the columns at a time, so a 4th stage fits at 256x128
+    # (odd halves: 224 -> 112, TMA boxes of 16 columns), with a cluster, ping-pong, split-K.
+    ("family=wgmma bm=256 bn=128 warps=12 stages=4 subtile=2", "nn"),
+    ("family=wgmma bm=256 bn=128 warps=12 stages=4 subtile=2 cluster=2", "nt"),
+    ("family=wgmma bm=128 bn=224 warps=12 stages=4 subtile=2", "nt"),
+    ("family=wgmma bm=128 bn=96 warps=12 stages=6 warp_spec=2 subtile=2 split_k=2", "nt"),
     # issue 20's lite schedule (warp_spec 0: no producer warpgroup, one unit per CTA): one and two
     # warpgroups, a 128-row tile on one warpgroup, split-K, odd BN.
     ("family=wgmma bm=64 bn=64 warps=4 stages=8 warp_spec=0", "nn"),
@@ -94,6 +100,7 @@ def test_compiles_for_sm90a(backend, hopper, text, layout):
         assert f"#define LITE {int(spec.warp_spec == 0)}\n" in src
         # cluster=2 shares the larger operand tile: A (pair along N) only when bm > bn.
         assert f"#define MC_A {int(spec.cluster == 2 and spec.bm > spec.bn)}\n" in src
+        assert f"#define SUBTILE {spec.subtile}\n" in src and (spec.bn // spec.subtile) % spec.epi_cols == 0
         # The TMA-store box is the widest of 64/32/16 columns that tiles BN (112 -> 16, 96 -> 32).
         assert f"#define EPI_COLS {spec.epi_cols}\n" in src and spec.bn % spec.epi_cols == 0
         # 3 warpgroups of 128 threads under __launch_bounds__(384, 1): ptxas may use 65536/384 = 168.

@@ -16,7 +16,9 @@ in the same launch in a fixed order (lite and cooperative: inside a cluster of t
 distributed shared memory; ping-pong and cluster=2: through a global workspace), cluster 2 = two
 CTAs sharing one operand tile by TMA multicast, each loading half of it into both: the larger tile
 (bm > bn: A, the pair along N; else B, the pair along M; `KernelSpec.cluster_shares_a`), stages up
-to what shared memory holds beside the epilogue's staging; subtile is pinned.
+to what shared memory holds beside the epilogue's staging; subtile 2 = the epilogue stages half the
+tile's columns at a time (half the staging, so a deeper ring fits: cuBLAS's 256x128 winner runs 4
+stages where a whole-tile staging leaves room for 3).
 
 family=stream (CUDA, decode / skinny: min(M, N) <= 64; kernels_cuda/stream.cu) reads the fields as:
 bm = rows of the large operand per CTA (16-128), bn = tokens of the small one per CTA (16-64),
@@ -62,7 +64,7 @@ PINNED = {
     "tiled": {"subtile": 1, "warp_spec": 0, "cluster": 1},
     "persistent": {"split_k": 1, "cluster": 1},
     "mma": {"subtile": 1, "warp_spec": 0, "cluster": 1},
-    "wgmma": {"subtile": 1},
+    "wgmma": {},
     "stream": {"bk": 32, "group_m": 1, "subtile": 1, "warp_spec": 0, "cluster": 1},
 }
 WARPS = {"tiled": (2, 4, 8), "persistent": (4, 8), "mma": (2, 4, 8), "wgmma": (4, 8, 12), "stream": (2, 4, 8)}
@@ -176,8 +178,9 @@ class KernelSpec:
 
     @property
     def epi_cols(self) -> int:
-        """wgmma: width of the TMA-store box (the largest of 64/32/16 columns dividing BN)."""
-        return next(w for w in (64, 32, 16) if self.bn % w == 0)
+        """wgmma: width of the TMA-store box (the largest of 64/32/16 columns dividing the
+        BN / subtile columns the epilogue stages at once)."""
+        return next(w for w in (64, 32, 16) if (self.bn // self.subtile) % w == 0)
 
     def smem_bytes(self) -> int:
         """Shared memory the kernel needs (an upper bound of the compiled figure for Triton persistent,
@@ -190,7 +193,7 @@ class KernelSpec:
         if self.family == "wgmma":
             # + the epilogue's staging (a whole tile per warpgroup in ping-pong) + 1 KB that the
             # kernel spends aligning the ring to the 128B-swizzle atom. Mbarriers are static.
-            staging = self.bm * self.bn * 2 * (2 if self.pingpong else 1)
+            staging = self.bm * self.bn * 2 * (2 if self.pingpong else 1) // self.subtile
             # lite split-K stages its fp32 partial (bm*bn*4 B) in the idle ring + staging, which
             # always hold it: bm*bn/(bm+bn) <= 128 <= 64 * stages.
             return ring + staging + 1024
@@ -418,6 +421,14 @@ def _subtile(s, p, d):
         return f"bn={s['bn']} does not split into {s['subtile']} epilogue subtiles of 16-column multiples"
 
 
+def _subtile_split(s, p, d):
+    # The cluster split-K stages its fp32 partial (bm x bn x 4 B) in the idle ring and the staging
+    # behind it; a halved staging would not always hold it.
+    if s["subtile"] > 1 and cluster_split(KernelSpec(**s)):
+        return (f"subtile={s['subtile']} halves the epilogue's staging, which the cluster split-K "
+                f"(split_k={s['split_k']}, warp_spec {s['warp_spec']}, cluster 1) needs whole: use subtile=1")
+
+
 def _split_k(s, p, d):
     ktiles = -(-p.K // s["bk"])
     if s["split_k"] > ktiles:
@@ -453,6 +464,7 @@ RULES: list[Rule] = [
     ("split_k", ("family", "bm", "bn", "warps", "split_k"), _any_schedule(_splitk_regs)),
     ("subtile", ("family", "subtile"), _pinned("subtile")),
     ("subtile", ("bn", "subtile"), _subtile),
+    ("subtile", ("family", "split_k", "warp_spec", "subtile", "cluster"), _subtile_split),
     ("warp_spec", ("family", "warp_spec"), _pinned("warp_spec")),
     ("warp_spec", ("family", "warps", "warp_spec"), _warp_spec),
     ("cluster", ("family", "split_k", "warp_spec", "cluster"), _cluster_split_size),
