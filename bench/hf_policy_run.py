@@ -41,8 +41,9 @@ def _generate(args, policy: str, shapes: str, layout: str, store: Path, registry
     log.flush()
     if p.returncode != 0:
         raise SystemExit(f"generate failed (rc {p.returncode}): {out.strip().splitlines()[-1:]}")
-    restored = re.search(r"restored policy checkpoint (\S+) \(step (\d+)\)", out)
-    rejected = re.search(r"(\d+) of (\d+) LM answers were rejected", out)
+    # rich wraps long lines at the console width: match across the break.
+    restored = re.search(r"restored policy checkpoint\s+(\S+)\s+\(step\s+(\d+)\)", out)
+    rejected = re.search(r"(\d+)\s+of\s+(\d+)\s+LM\s+answers\s+were\s+rejected", out)
     return {"command": " ".join(cmd[2:]), "wall_s": round(wall, 1),
             "restored_step": int(restored.group(2)) if restored else None,
             "rejected": [int(rejected.group(1)), int(rejected.group(2))] if rejected else None}

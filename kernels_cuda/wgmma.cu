@@ -411,12 +411,11 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 }
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // st.shared -> TMA's proxy
                 wg_bar(1 + c);
-                if (tig == 0 && row0 < M) {
+                // A cluster partner past N's edge (MC_A) stores nothing; TMA clips every other box.
+                if (tig == 0 && row0 < M && (!MC_A || tn * BN < N)) {
 #pragma unroll
-                    for (int b = 0; b < SUB_COLS / EPI_COLS; ++b) {
-                        const int col0 = tn * BN + h * SUB_COLS + b * EPI_COLS;
-                        if (col0 < N) tma_store(&tmC, stage_c + b * EPI_BOX_BYTES, col0, row0);
-                    }
+                    for (int b = 0; b < SUB_COLS / EPI_COLS; ++b)
+                        tma_store(&tmC, stage_c + b * EPI_BOX_BYTES, tn * BN + h * SUB_COLS + b * EPI_COLS, row0);
                     bulk_commit();
                 }
             }

@@ -246,8 +246,13 @@ def apply_margin_cmd(margin: float = typer.Option(..., "--margin", help="a kerne
         fail(str(e), code=1)
 
 
-def rerender_cmd(registry: Optional[str] = _REG_OPT) -> None:
-    """Re-render kernel entries whose family changed since filing (new sources, checks marked not re-run)."""
+def rerender_cmd(registry: Optional[str] = _REG_OPT,
+                 compare_sass: bool = typer.Option(
+                     True, "--compare-sass/--no-compare-sass",
+                     help="keep the check and timings of a CUDA entry whose new source compiles to the same "
+                     "SASS as the filed one (NVRTC + cuobjdump, no GPU)")) -> None:
+    """Re-render kernel entries whose family changed since filing (new sources; checks marked not re-run
+    unless the machine code is unchanged)."""
     from .errors import fail
     from ..registry import RegistryError
     reg = _load(registry)
@@ -256,14 +261,17 @@ def rerender_cmd(registry: Optional[str] = _REG_OPT) -> None:
              "on a card, ship that", code=1)
         return
     try:
-        changed = reg.rerender()
+        changed = reg.rerender(compare_sass=compare_sass)
     except (RegistryError, ValueError, OSError) as e:
         fail(str(e).splitlines()[0] if str(e) else type(e).__name__, code=1)
         return
+    pending = [e for e in changed if e.check.get("passed") is None]
+    same = [e for e in changed if e not in pending]
     for e in changed:
-        typer.echo(f"re-rendered {e.key}: {e.source}")
-    typer.echo(f"{len(changed)} entries re-rendered" + ("; re-check them on a card: cudal2 registry verify --gpu "
-                                                         f"--render --registry {reg.root}" if changed else ""))
+        typer.echo(f"re-rendered {e.key}: {e.source}" + (" (same SASS: check and timings kept)" if e in same else ""))
+    typer.echo(f"{len(changed)} entries re-rendered" + (f", {len(same)} to the same SASS" if compare_sass and changed else "")
+               + (f"; re-check the other {len(pending)} on a card: cudal2 registry verify --gpu --render "
+                  f"--registry {reg.root}" if pending else ""))
 
 
 def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare --json` file of this device"),

@@ -370,13 +370,17 @@ class Registry:
             return True
         return self.update(device_key, refile)
 
-    def rerender(self) -> list[Entry]:
+    def rerender(self, compare_sass: bool = True) -> list[Entry]:
         """Re-render every kernel entry whose backend no longer renders its spec to the stored source
         (a kernel family or backend edited since filing): write the new source, point the entry at
         it and mark its check as not yet re-run (`check.passed` None, `times.rerendered_from` the old
         sha256). One index write; returns the changed entries, which must pass `verify --gpu
-        --render` on a card (and be re-timed) before they are shipped."""
+        --render` on a card (and be re-timed) before they are shipped.
+        With `compare_sass`, a CUDA entry whose new source compiles to the same SASS as the stored
+        one (backends/sass.py) keeps its check and timings: they were measured on that machine
+        code. It records `times.same_sass_as` (the old sha256) instead of a pending re-check."""
         from ..backends import get_backend
+        from ..backends.sass import same_machine_code
         from ..spec import KernelSpec
         with _locked(self.root):
             fresh = Registry.load(self.root)
@@ -388,8 +392,12 @@ class Registry:
                 sha = sha256_text(text)
                 if sha == e.sha256:
                     continue
-                e.times = {**e.times, "rerendered_from": e.sha256}
-                e.check = {**e.check, "passed": None, "reason": "re-rendered; re-check with verify --gpu --render"}
+                if compare_sass and e.backend == "cuda" and e.check.get("passed") and \
+                        same_machine_code(fresh.read_source(e), text, target_for_key(e.device).arch):
+                    e.times = {**e.times, "same_sass_as": e.sha256}
+                else:
+                    e.times = {**e.times, "rerendered_from": e.sha256}
+                    e.check = {**e.check, "passed": None, "reason": "re-rendered; re-check with verify --gpu --render"}
                 e.sha256 = sha
                 e.source = f"kernels_{e.backend}/generated/{e.device}/{sha[:16]}{SUFFIX[e.backend]}"
                 e.validate()
