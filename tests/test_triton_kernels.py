@@ -32,7 +32,7 @@ CASES = [
     ("tiled-sk4", "family=tiled bm=16 bn=32 bk=16 warps=2 stages=2 split_k=4", "1x33x100"),
     ("persistent-st1", "family=persistent bm=32 bn=32 bk=16 warps=4 stages=2 group_m=4 subtile=1", "100x40x72"),
     ("persistent-st2", "family=persistent bm=32 bn=32 bk=16 warps=4 stages=2 group_m=4 subtile=2", "17x48x24"),
-    ("persistent-ws", "family=persistent bm=32 bn=32 bk=16 warps=4 stages=2 subtile=2 warp_spec=1", "1x64x40"),
+    ("persistent-ws", "family=persistent bm=64 bn=32 bk=16 warps=8 stages=2 subtile=2 warp_spec=1", "1x64x40"),
 ]
 LAYOUTS = ("nn", "nt")
 EDGE_SIZES = (1, 17, 100)

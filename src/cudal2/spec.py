@@ -340,6 +340,14 @@ def _warp_spec(s, p, d):
         return "warp_spec=2 (ping-pong) needs two consumer warpgroups: warps=12"
     if f != "wgmma" and ws == 2:
         return f"warp_spec=2 (ping-pong) is a wgmma schedule; family={f} takes 0 or 1"
+    # Triton partitions a 4-warp warp_spec=1 loop itself (a producer and two consumer warpgroups,
+    # persistent_smem below). On the H200 (triton 3.6, 2026-12-04, run 49's store: every persistent
+    # warp_spec=1 measurement of runs 46-49) 29 of its 132 compiled evaluations wrote NaN/inf into C
+    # (the checker's random or guard check: 1 to 629,145 values, intermittent: the same specs also
+    # passed) and 48 more failed to compile; 8 warps: 309 of 309 correct.
+    if f == "persistent" and ws == 1 and s["warps"] == 4:
+        return ("warp_spec=1 with warps=4 is refused: Triton's own partition of it wrote non-finite "
+                "values on 22% of H200 evaluations (NOTES.md); use warps=8 or warp_spec=0")
 
 
 # warp_spec values a family takes (the others pin it to 0).
