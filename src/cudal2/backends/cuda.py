@@ -94,6 +94,11 @@ def _nvrtc_compile(source: str, arch: str, options: tuple[str, ...]) -> tuple[by
         nvrtc.nvrtcDestroyProgram(prog)
 
 
+def cubin_of(source: str, arch: str) -> bytes:
+    """NVRTC's cubin of a source with the backend's options (no cache, no resource log)."""
+    return _nvrtc_compile(source, arch, OPTIONS)[0]
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")

@@ -43,13 +43,13 @@ def sass_lines(cubin: bytes, tool: str) -> list[str]:
 def same_machine_code(old_source: str, new_source: str, arch: str) -> bool | None:
     """True / False: the two CUDA sources do / do not compile (NVRTC, `arch`) to the same SASS;
     None: no cuobjdump here, or either fails to compile (then nothing can be said)."""
-    from .cuda import OPTIONS, _nvrtc_compile
+    from .cuda import cubin_of
     tool = cuobjdump()
     if tool is None:
         return None
     try:
-        old = sass_lines(_nvrtc_compile(old_source, arch, OPTIONS)[0], tool)
-        new = sass_lines(_nvrtc_compile(new_source, arch, OPTIONS)[0], tool)
+        old = sass_lines(cubin_of(old_source, arch), tool)
+        new = sass_lines(cubin_of(new_source, arch), tool)
     except Exception:
         return None
     return old == new
