@@ -194,8 +194,9 @@ class KernelSpec:
             # + the epilogue's staging (a whole tile per warpgroup in ping-pong) + 1 KB that the
             # kernel spends aligning the ring to the 128B-swizzle atom. Mbarriers are static.
             staging = self.bm * self.bn * 2 * (2 if self.pingpong else 1) // self.subtile
-            # lite split-K stages its fp32 partial (bm*bn*4 B) in the idle ring + staging, which
-            # always hold it: bm*bn/(bm+bn) <= 128 <= 64 * stages.
+            # The cluster split-K stages its fp32 partial (bm*bn*4 B) in the idle ring + a whole
+            # staging, which always hold it: bm*bn/(bm+bn) <= 128 <= 64 * stages (hence
+            # _subtile_split keeps subtile 1 there).
             return ring + staging + 1024
         return ring
 
