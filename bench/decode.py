@@ -239,7 +239,7 @@ def bench_shape(setname: str, source: str, p, specs: list, dev, args, bw: float)
     return row, per_spec
 
 
-def write_specs_csv(path: Path, rows: list, details: dict, command: str) -> None:
+def write_specs_csv(path: Path, rows: list, details: dict) -> None:
     """Every timed spec of every shape as a sweep CSV (the columns `cudal2 train` reads: shape,
     layout, spec, status, us, best_cublas_us), so the cost model learns from these measurements.
     Only timed (ok) specs: this bench runs the random check alone, so a failure here is not the
@@ -359,7 +359,7 @@ def main() -> int:
             w.writeheader()
             w.writerows(rows)
         (out / f"{tag}.json").write_text(json.dumps({**meta, "rows": rows, "specs": details}, indent=1))
-        write_specs_csv(out / f"{tag}.specs.csv", rows, details, meta["command"])
+        write_specs_csv(out / f"{tag}.specs.csv", rows, details)
     text = summary(rows, bw)
     print(text)
     (out / f"{tag}.summary.txt").write_text(text + "\n")
