@@ -142,3 +142,24 @@ def test_rerender_keeps_checks_where_the_sass_is_unchanged(tmp_path, monkeypatch
     r = runner.invoke(app, ["registry", "rerender", "--registry", str(dest)])
     assert r.exit_code == 0 and "2 entries re-rendered, 0 to the same SASS; re-check the other 2" in r.output, r.output
     assert all(e.check["passed"] is None and "rerendered_from" in e.times for e in Registry.load(dest).all())
+
+
+def test_record_rechecks_marks_only_pending_entries_it_was_given(tmp_path):
+    """`verify --gpu --render --record` writes check.passed True for the pending entries whose
+    checker run it just saw pass, and for nothing else: an entry not re-checked stays pending, and
+    an entry already passed keeps its original check."""
+    dest = Registry.load().export(tmp_path / "reg")
+    copy = Registry.load(dest)
+    kern = [e for e in copy.all() if e.backend != "cublas" and e.check.get("passed")][:3]
+    for e in kern[:2]:        # what `rerender` leaves behind for a changed SASS
+        e.check = {**e.check, "passed": None, "reason": "re-rendered; re-check with verify --gpu --render"}
+    (dest / "index.json").write_text(copy.to_json())
+    done = kern[2].check
+    copy = Registry.load(dest)
+    changed = copy.record_rechecks(kern[0].device, {kern[0].key, kern[2].key}, "re-checked on a card")
+    assert [e.key for e in changed] == [kern[0].key]
+    after = {e.key: e for e in Registry.load(dest).all()}
+    assert after[kern[0].key].check["passed"] is True
+    assert after[kern[0].key].check["reason"] == "re-checked on a card"
+    assert after[kern[1].key].check["passed"] is None
+    assert after[kern[2].key].check == done

@@ -120,7 +120,9 @@ def show_cmd(problem: str = typer.Argument(..., help="MxNxK[:layout], e.g. 4096x
 
 def verify_cmd(registry: Optional[str] = _REG_OPT,
                gpu: Optional[bool] = typer.Option(None, "--gpu/--no-gpu", help="re-run the checker (default: if a GPU is visible)"),
-               render: bool = typer.Option(False, "--render", help="also re-render each spec and compare hashes")) -> None:
+               render: bool = typer.Option(False, "--render", help="also re-render each spec and compare hashes"),
+               record: bool = typer.Option(False, "--record", help="write check.passed for pending (re-rendered) "
+                                           "entries that the GPU checker just passed")) -> None:
     """Re-hash every entry's source (and with a GPU re-run the checker); exit 1 naming any bad one."""
     from .errors import fail
     from ..registry import RegistryError
@@ -142,8 +144,25 @@ def verify_cmd(registry: Optional[str] = _REG_OPT,
     for r in bad:
         typer.echo(f"bad entry {r.entry}: {r.reason}", err=True)
     typer.echo(f"{len(res) - len(bad)} ok, {len(bad)} bad")
+    if record:
+        _record(reg, res)
     if bad:
         raise typer.Exit(1)
+
+
+def _record(reg, res) -> None:
+    """--record: the pending entries the checker passed just now get check.passed True, naming the
+    card's key and the date, so a re-rendered registry can ship without hand edits."""
+    import datetime
+    from ..device import current, gpu_available
+    if not gpu_available():
+        typer.echo("--record: no GPU checker ran, nothing recorded")
+        return
+    dev = current().key
+    keys = {r.entry for r in res if r.checked}
+    day = datetime.date.today().isoformat()
+    done = reg.record_rechecks(dev, keys, f"re-checked by verify --gpu --render on {dev}, {day}")
+    typer.echo(f"recorded {len(done)} pending check(s) as passed" + "".join(f"\n  {e.key}" for e in done))
 
 
 def export_cmd(dest: str = typer.Argument(..., help="directory to write (index.json + sources)"),

@@ -136,6 +136,7 @@ class VerifyResult:
     entry: str
     ok: bool
     reason: str = ""
+    checked: bool = False     # the GPU checker re-ran and passed on this entry's device
 
 
 class Registry:
@@ -355,6 +356,17 @@ class Registry:
             self.entries = fresh.entries
         return changed
 
+    def record_rechecks(self, device_key: str, keys: set[str], reason: str) -> list[Entry]:
+        """Mark the entries of `keys` whose check is pending (`check.passed` None, left by `rerender`)
+        as passed: `verify --gpu --render --record` calls this only with the keys whose kernel it has
+        just rebuilt and passed through the full checker on `device_key`'s card."""
+        def mark(e: Entry) -> bool:
+            if e.key not in keys or e.check.get("passed") is not None:
+                return False
+            e.check = {**e.check, "passed": True, "reason": reason}
+            return True
+        return self.update(device_key, mark)
+
     def apply_margin(self, device_key: str, margin: float) -> list[Entry]:
         """Re-file as cuBLAS every kernel entry of `device_key` whose recorded win over best-cublas
         is under `margin` (the filing rule of `cudal2 generate --file-margin`, applied to entries
@@ -456,7 +468,7 @@ class Registry:
                     if not rep.passed:
                         raise RegistryError(f"{e.key}: checker failed: {rep.reason}")
                     note += ", checker passed"
-                out.append(VerifyResult(e.key, True, note))
+                out.append(VerifyResult(e.key, True, note, checked="checker passed" in note))
             except Exception as err:   # every failure is reported against its entry, never fatal
                 msg = str(err).splitlines()[0] if str(err) else type(err).__name__
                 out.append(VerifyResult(e.key, False, msg if msg.startswith(e.key) else f"{e.key}: {msg}"))
