@@ -164,3 +164,13 @@ def test_record_rechecks_marks_only_pending_entries_it_was_given(tmp_path):
     assert after[kern[0].key].check["reason"] == "re-checked on a card"
     assert after[kern[1].key].check["passed"] is None
     assert after[kern[2].key].check == done
+
+
+def test_verify_record_refuses_the_shipped_registry():
+    """--record writes the index: like rerender and apply-margin it works on an exported copy only,
+    and says so in one line before any checking starts."""
+    from typer.testing import CliRunner
+    from cudal2.cli import app
+    r = CliRunner().invoke(app, ["registry", "verify", "--record", "--no-gpu"])
+    assert r.exit_code == 1 and "the shipped registry is read-only here" in r.output
+    assert "ok," not in r.output

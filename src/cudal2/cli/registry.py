@@ -127,6 +127,10 @@ def verify_cmd(registry: Optional[str] = _REG_OPT,
     from .errors import fail
     from ..registry import RegistryError
     reg = _load(registry)
+    if record and reg.shipped:     # the package's files are not written in place, as for every edit
+        fail("the shipped registry is read-only here: export it, verify --gpu --render --record the copy "
+             "(--registry DIR), ship that", code=1)
+        return
     try:
         res = reg.verify(gpu=gpu, render=render)
     except RegistryError as e:
