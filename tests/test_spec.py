@@ -112,3 +112,49 @@ def test_default_spec_fits_small_problems():
 def test_choices_cover_every_field():
     assert set(CHOICES) == set(FIELDS)
     assert all(getattr(KernelSpec(), f) in CHOICES[f] for f in FIELDS)
+
+
+def test_no_rule_depends_on_a_field_it_does_not_need():
+    """The mask's incremental form (spec._rules_at) runs a rule only when a field it `needs` is chosen
+    (and an _any_schedule rule again at warp_spec): sound only if no rule's verdict depends on another
+    field. Checked by perturbation (rules also read fields through KernelSpec(**s), which no
+    tracking dict sees): random full specs, valid or not, over odd and LLM shapes in both layouts;
+    every other field set to each of its choices must leave each rule's pass / fail alone."""
+    from cudal2.spec import RULES
+    rng = random.Random(1)
+    shapes = [(1, 4096, 4096), (7, 100, 1000), (100, 17, 1000), (4096, 4096, 4096), (64, 16384, 512),
+              (12288, 128, 16384), (3000, 1000, 17)]
+    for i in range(600):
+        p = Problem(*rng.choice(shapes), rng.choice(["nn", "nt"]))
+        # one in six a valid spec (the mask's), so the rules' deep branches run too
+        spec = _sample(p, rng).to_dict() if i % 6 == 0 else {f: rng.choice(CHOICES[f]) for f in FIELDS}
+        for _field, needs, check in RULES:
+            free = set(FIELDS) - set(needs) - ({"warp_spec"} if getattr(check, "reads_schedule", False) else set())
+            verdict = check(spec, p, H) is None
+            for f in free:
+                for v in CHOICES[f]:
+                    assert (check({**spec, f: v}, p, H) is None) == verdict, \
+                        f"{getattr(check, '__qualname__', check)} (needs {needs}) depends on {f} ({spec}, {f}={v}, {p})"
+
+
+def test_incremental_mask_equals_the_reference_mask():
+    """valid_values (only the rules a field can change, per node) against the reference form that
+    re-applies every rule at every node (spec._completable), on random prefixes of random problems."""
+    from cudal2.spec import _completable
+    rng = random.Random(2)
+    sizes = [1, 3, 17, 64, 100, 1000, 4096, 12288]
+    for _ in range(60):
+        p = Problem(rng.choice(sizes), rng.choice(sizes), rng.choice(sizes), rng.choice(["nn", "nt"]))
+        prefix = {}
+        for f in FIELDS:
+            ref = [v for v in CHOICES[f] if _completable({**prefix, f: v}, FIELDS, p, H)]
+            assert valid_values(prefix, f, p, H) == ref, (p, prefix, f)
+            if not ref:
+                break
+            # mostly follow the mask, sometimes step off it (a dead prefix must give [] in both)
+            prefix[f] = rng.choice(ref) if rng.random() < 0.9 else rng.choice(CHOICES[f])
+
+
+def test_valid_values_refuses_a_prefix_out_of_order():
+    with pytest.raises(ValueError, match="not the first 1"):
+        valid_values({"family": "wgmma"}, "family", Problem(64, 64, 64), H)
