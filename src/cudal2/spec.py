@@ -368,7 +368,6 @@ def _any_schedule(check):
         msgs = [check({**s, "warp_spec": w}, p, d) for w in SCHEDULES.get(s["family"], (0,))]
         return None if any(m is None for m in msgs) else msgs[0]
     wrapped.reads_schedule = True      # the mask re-runs it when warp_spec is chosen (_rules_at)
-    wrapped.inner = check
     return wrapped
 
 
@@ -627,8 +626,8 @@ def _rules_at(order: tuple[str, ...], depth: int) -> tuple:
     """The checks that can change verdict when order[depth] is chosen after order[:depth]: those
     that become applicable there (the field is in their `needs`, the rest already chosen) and, at
     warp_spec, the `_any_schedule` rules already applicable (they read it before it is chosen).
-    Sound because a rule reads only its `needs` (and warp_spec if it is an `_any_schedule` rule):
-    tests/test_spec.py checks that contract for every rule."""
+    Sound because a rule's verdict depends only on its `needs` (and warp_spec for an `_any_schedule`
+    rule): tests/test_spec.py checks that contract for every rule."""
     chosen, f = set(order[:depth + 1]), order[depth]
     return tuple(check for _field, needs, check in RULES
                  if set(needs) <= chosen and (f in needs or (f == "warp_spec" and getattr(check, "reads_schedule", False))))
