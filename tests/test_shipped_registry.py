@@ -157,7 +157,7 @@ def test_record_rechecks_marks_only_pending_entries_it_was_given(tmp_path):
     (dest / "index.json").write_text(copy.to_json())
     done = kern[2].check
     copy = Registry.load(dest)
-    changed = copy.record_rechecks(kern[0].device, {kern[0].key, kern[2].key}, "re-checked on a card")
+    changed = copy.record_rechecks({kern[0].key, kern[2].key}, "re-checked on a card")
     assert [e.key for e in changed] == [kern[0].key]
     after = {e.key: e for e in Registry.load(dest).all()}
     assert after[kern[0].key].check["passed"] is True

@@ -155,17 +155,15 @@ def verify_cmd(registry: Optional[str] = _REG_OPT,
 
 
 def _record(reg, res) -> None:
-    """--record: the pending entries the checker passed just now get check.passed True, naming the
-    card's key and the date, so a re-rendered registry can ship without hand edits."""
+    """--record: the pending entries the checker passed just now get check.passed True, with the
+    date (the entry's key names the card), so a re-rendered registry can ship without hand edits."""
     import datetime
-    from ..device import current, gpu_available
-    if not gpu_available():
-        typer.echo("--record: no GPU checker ran, nothing recorded")
-        return
-    dev = current().key
     keys = {r.entry for r in res if r.checked}
+    if not keys:
+        typer.echo("--record: the GPU checker passed no entry here, nothing recorded")
+        return
     day = datetime.date.today().isoformat()
-    done = reg.record_rechecks(dev, keys, f"re-checked by verify --gpu --render on {dev}, {day}")
+    done = reg.record_rechecks(keys, f"re-checked by verify --gpu --render, {day}")
     typer.echo(f"recorded {len(done)} pending check(s) as passed" + "".join(f"\n  {e.key}" for e in done))
 
 

@@ -356,16 +356,17 @@ class Registry:
             self.entries = fresh.entries
         return changed
 
-    def record_rechecks(self, device_key: str, keys: set[str], reason: str) -> list[Entry]:
+    def record_rechecks(self, keys: set[str], reason: str) -> list[Entry]:
         """Mark the entries of `keys` whose check is pending (`check.passed` None, left by `rerender`)
         as passed: `verify --gpu --render --record` calls this only with the keys whose kernel it has
-        just rebuilt and passed through the full checker on `device_key`'s card."""
+        just rebuilt and passed through the full checker on their device's card."""
         def mark(e: Entry) -> bool:
             if e.key not in keys or e.check.get("passed") is not None:
                 return False
             e.check = {**e.check, "passed": True, "reason": reason}
             return True
-        return self.update(device_key, mark)
+        devices = sorted({e.device for e in self.all() if e.key in keys})
+        return [e for dev in devices for e in self.update(dev, mark)]
 
     def apply_margin(self, device_key: str, margin: float) -> list[Entry]:
         """Re-file as cuBLAS every kernel entry of `device_key` whose recorded win over best-cublas
@@ -456,7 +457,7 @@ class Registry:
                 bad = violations(spec, e.prob, target_for_key(e.device))
                 if bad:
                     raise RegistryError(f"{e.key}: spec invalid for its problem: {bad[0][0]}: {bad[0][1]}")
-                note = "hash ok"
+                note, checked = "hash ok", False
                 if render or (dev_info is not None and dev_info.key == e.device):
                     check_render(e, spec)     # read_source above proved text hashes to e.sha256
                     note += ", render ok"
@@ -467,8 +468,8 @@ class Registry:
                     rep = check_kernel(kern, e.prob, "cuda")
                     if not rep.passed:
                         raise RegistryError(f"{e.key}: checker failed: {rep.reason}")
-                    note += ", checker passed"
-                out.append(VerifyResult(e.key, True, note, checked="checker passed" in note))
+                    note, checked = note + ", checker passed", True
+                out.append(VerifyResult(e.key, True, note, checked))
             except Exception as err:   # every failure is reported against its entry, never fatal
                 msg = str(err).splitlines()[0] if str(err) else type(err).__name__
                 out.append(VerifyResult(e.key, False, msg if msg.startswith(e.key) else f"{e.key}: {msg}"))
