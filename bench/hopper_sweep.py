@@ -11,6 +11,7 @@ per-class summary, keyed by card and commit, with the command line:
 
   python3 bench/hopper_sweep.py --out $OUT [--classes shortK,starved,mid,large] [--layouts nn,nt]
       [--per-class 16] [--shapes MxNxK,...] [--n-cands 8] [--extra "spec;spec"] [--time-limit 400]
+      [--fit-compare]
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def _compile(args):
 
 
 def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite: int = 0,
-         cost_model=None, n_cost: int = 0) -> dict:
+         cost_model=None, n_cost: int = 0, fit_compare: bool = False) -> dict:
     """Per problem {spec text: where it came from}: the wave model's candidates ("wave", lite ones
     included), the first `clusters` of them again on a 2-CTA cluster ("cluster"), the learned cost
     model's best `n_cost` CUDA specs of its pool (rl/costrank.py; "cost"), then the extra specs
@@ -77,6 +78,14 @@ def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite:
     for p in problems:
         cands = candidates(p, dev, n_cands, lite=lite)
         specs = {s.text: "wave" for s in cands}
+        if fit_compare and dev.cluster_ctas:
+            # The same list without the card's cluster counts (cudal2.cluster_fit): "wave" specs
+            # are in both lists, "wave-fit" only with them, "wave-nofit" only without.
+            old = candidates(p, dataclasses.replace(dev, cluster_ctas=None), n_cands, lite=lite)
+            old_t = {s.text for s in old}
+            specs = {s.text: ("wave" if s.text in old_t else "wave-fit") for s in cands}
+            for s in old:
+                specs.setdefault(s.text, "wave-nofit")
         for s in cands[:clusters]:
             c = dataclasses.replace(s, cluster=2)
             if is_valid(c, p, dev):
@@ -167,6 +176,8 @@ def main(argv=None) -> int:
     ap.add_argument("--extra", default="", help="';'-separated spec texts tried where valid")
     ap.add_argument("--clusters", type=int, default=0, help="also try the first N candidates on a 2-CTA cluster")
     ap.add_argument("--lite", type=int, default=0, help="also try the lite schedule (warp_spec 0) of the N best tiles")
+    ap.add_argument("--fit-compare", action="store_true",
+                    help="also time the candidates ranked without the card's cluster counts (from: wave-fit / wave-nofit)")
     ap.add_argument("--cost-model", default="", help="a `cudal2 train` checkpoint: also time its best --n-cost specs")
     ap.add_argument("--n-cost", type=int, default=4, help="the cost model's specs per shape (with --cost-model)")
     ap.add_argument("--min-ms", type=float, default=10.0, help="offline timing per function, at least")
@@ -201,7 +212,8 @@ def main(argv=None) -> int:
         from cudal2.rl.costmodel import CostModel
         model = CostModel.load(args.cost_model)
     specs = plan(problems, dev, args.n_cands, [t for t in args.extra.split(";") if t.strip()], args.clusters,
-                 args.lite, model, args.n_cost)
+                 args.lite, model, args.n_cost, args.fit_compare)
+    print(f"cluster CTAs resident at once (cudal2.cluster_fit), (size, CTAs): {dev.cluster_ctas}", flush=True)
     jobs = {(t, p.layout): (t, p.shape, p.layout, dev.to_dict()) for p in problems for t in specs[p]}
     errors = {}
     with ProcessPoolExecutor(args.jobs) as ex:
@@ -211,7 +223,8 @@ def main(argv=None) -> int:
     print(f"{len(problems)} problems, {len(jobs)} distinct (spec, layout) compiled in "
           f"{time.monotonic() - t0:.0f} s ({len(errors)} failed)", flush=True)
     tag = f"{args.tag}_{source_commit()}"
-    meta = {"device": dev.key, "command": " ".join(sys.argv), "versions": collect(), "min_ms": args.min_ms}
+    meta = {"device": dev.key, "command": " ".join(sys.argv), "versions": collect(), "min_ms": args.min_ms,
+            "cluster_ctas": dev.cluster_ctas}
     rows: list[dict] = []
     for i, p in enumerate(problems):
         if time.monotonic() - t0 > args.time_limit:

@@ -29,6 +29,7 @@ from collections import Counter
 from cudal2.measurement import Measurement
 from cudal2.problems import Problem
 from cudal2.spec import CHOICES, PINNED, KernelSpec, fits, is_valid, with_fields
+from cudal2.tiles import cluster_overflow
 
 from .reward import speedup
 from .search import FixedListPolicy, Search
@@ -131,6 +132,12 @@ def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fix
                   if s not in lead]
     if len(out) < n:            # the kind's list repeated a lead seed: fill from its longer list
         out += [s for s in kind_seeds(n, problem, device, backends, kind, ranker, n) if s not in out]
+    if device.cluster_ctas and any(cluster_overflow(s, problem, device) for s in out[:n]):
+        # A cluster split-K whose clusters do not all fit at once runs a second wave the ranking
+        # does not see (cudal2.cluster_fit): such seeds go behind the rest of a longer list.
+        longer = out + [s for s in kind_seeds(2 * n, problem, device, backends, kind, ranker, 2 * n) if s not in out]
+        out = [s for s in longer if not cluster_overflow(s, problem, device)] + \
+              [s for s in longer if cluster_overflow(s, problem, device)]
     return out[:n]
 
 

@@ -7,8 +7,10 @@ Capability"); it has no SM count or L2 size, because those vary between cards of
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
+import warnings
 from dataclasses import dataclass
 
 # Per-architecture limits by compute capability (CUDA C++ Programming Guide, table
@@ -32,6 +34,9 @@ class DeviceInfo:
     sm_count: int | None = None   # None for a compile target (no card)
     l2_bytes: int | None = None
     max_regs_per_thread: int = 255
+    # ((cluster size, CTAs resident at once at one CTA per SM), ...), measured on the card
+    # (cudal2.cluster_fit); None for a compile target or where the probe failed.
+    cluster_ctas: tuple[tuple[int, int], ...] | None = None
 
     @property
     def key(self) -> str:
@@ -74,15 +79,19 @@ class DeviceInfo:
         return cls(name=f"target {arch}", cc=cc, smem_per_block=smem_blk, smem_per_sm=smem_sm, regs_per_sm=regs)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "cc": list(self.cc), "smem_per_block": self.smem_per_block,
-                "smem_per_sm": self.smem_per_sm, "regs_per_sm": self.regs_per_sm,
-                "sm_count": self.sm_count, "l2_bytes": self.l2_bytes, "key": self.key}
+        d = {"name": self.name, "cc": list(self.cc), "smem_per_block": self.smem_per_block,
+             "smem_per_sm": self.smem_per_sm, "regs_per_sm": self.regs_per_sm,
+             "sm_count": self.sm_count, "l2_bytes": self.l2_bytes, "key": self.key}
+        if self.cluster_ctas is not None:      # absent, not null: older records stay byte-identical
+            d["cluster_ctas"] = [list(p) for p in self.cluster_ctas]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "DeviceInfo":
         return cls(name=d["name"], cc=tuple(d["cc"]), smem_per_block=d["smem_per_block"],
                    smem_per_sm=d["smem_per_sm"], regs_per_sm=d["regs_per_sm"],
-                   sm_count=d.get("sm_count"), l2_bytes=d.get("l2_bytes"))
+                   sm_count=d.get("sm_count"), l2_bytes=d.get("l2_bytes"),
+                   cluster_ctas=tuple((int(a), int(b)) for a, b in d["cluster_ctas"]) if d.get("cluster_ctas") else None)
 
 
 def gpu_available() -> bool:
@@ -105,9 +114,16 @@ def current(index: int | None = None) -> DeviceInfo:
     smem_blk = getattr(p, "shared_memory_per_block_optin", 0) or _ARCH_LIMITS.get(cc, (48 * 1024,))[0]
     smem_sm = getattr(p, "shared_memory_per_multiprocessor", 0) or _ARCH_LIMITS.get(cc, (0, smem_blk))[1]
     regs = getattr(p, "regs_per_multiprocessor", 0) or 65536
-    return DeviceInfo(name=p.name, cc=cc, smem_per_block=int(smem_blk), smem_per_sm=int(smem_sm),
+    info = DeviceInfo(name=p.name, cc=cc, smem_per_block=int(smem_blk), smem_per_sm=int(smem_sm),
                       regs_per_sm=int(regs), sm_count=int(p.multi_processor_count),
                       l2_bytes=int(getattr(p, "L2_cache_size", 0)) or None)
+    if cc >= (9, 0):          # thread-block clusters: Hopper and later
+        try:
+            from .cluster_fit import measure
+            info = dataclasses.replace(info, cluster_ctas=measure(idx, info.arch, info.smem_per_block, info.sm_count))
+        except Exception as e:        # the rules then assume every SM fits (the old behaviour)
+            warnings.warn(f"cluster probe failed on {p.name}: {e}; cluster rules assume every SM fits")
+    return info
 
 
 def current_or_target(arch: str = "sm_90a") -> DeviceInfo:

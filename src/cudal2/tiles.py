@@ -9,7 +9,9 @@ worth timing first, from what decides speed on these shapes (`../shared/KERNELS.
     (operand bytes per MMA from shared memory), saturating at 128x256;
   - starved shapes (too few tiles to fill the SMs) split K so every SM streams (2), paying one
     fp32 partial write and read per slice;
-  - the deepest ring that fits beside the epilogue's staging (3: small tiles need more stages).
+  - the deepest ring that fits beside the epilogue's staging (3: small tiles need more stages);
+  - a split-K reduced in a cluster runs in one wave only if its clusters fit the card's GPCs at
+    once (cudal2.cluster_fit, measured on the card): fewer CTAs than SMs do.
 The model ranks; the clock decides. `candidates` is the search's seed list for the family and the
 spec sweep's list (bench/hopper_sweep.py).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+from .cluster_fit import cluster_ctas
 from .device import DeviceInfo
 from .problems import Problem
 from .spec import KernelSpec, is_valid
@@ -30,9 +33,14 @@ def _intensity_rate(bm: int, bn: int) -> float:
     return min(1.0, (bm * bn / (bm + bn)) / 85.3) ** 0.6
 
 
-def estimate(problem: Problem, bm: int, bn: int, split: int, sms: int) -> float:
+def estimate(problem: Problem, bm: int, bn: int, split: int, sms: int, cluster_fit: int | None = None) -> float:
     """Model time (arbitrary units): whole waves of work units, each unit's MMA work at its tile's
     rate plus a fixed per-unit prologue/epilogue, plus the split-K partial traffic.
+
+    `cluster_fit`: for a split-K reduced inside a cluster of the tile's `split` slices, the CTAs
+    the card holds at once in such clusters (cudal2.cluster_fit): the waves are counted in whole
+    clusters. None (the learned cost model's feature, and a card without the measurement): units
+    over SMs.
 
     On the H200 (2026-12-03, bench/results/h200-sm90/hopper/run25_* vs run26_*) this simple form
     ranked better than one with an L2->SM load term and 2-CTA clusters: that one put split-K and
@@ -40,6 +48,8 @@ def estimate(problem: Problem, bm: int, bn: int, split: int, sms: int) -> float:
     tiles = math.ceil(problem.M / bm) * math.ceil(problem.N / bn)
     units = tiles * split
     waves = math.ceil(units / sms)
+    if cluster_fit is not None and split > 1:
+        waves = math.ceil(tiles / max(1, cluster_fit // split))
     k = math.ceil(problem.K / split)
     # Units: fp16 FMAs of one SM. A unit's fill/drain (ring fill, epilogue) ~1 us, part hidden by
     # the producer running ahead: 1.5e6 (an H100/H200 SM does ~2048 FMA per clock at ~1.8 GHz).
@@ -48,6 +58,21 @@ def estimate(problem: Problem, bm: int, bn: int, split: int, sms: int) -> float:
     # element through L2, ~23 B per clock per SM: ~90 FMA-units per byte), spread over the SMs.
     reduce = tiles * bm * bn * 8.0 * (split - 1) * 90 / sms if split > 1 else 0.0
     return waves * unit + reduce
+
+
+def cluster_overflow(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> bool:
+    """A wgmma split-K reduced inside clusters (one cluster of split_k CTAs per tile) whose CTAs
+    would fit the SMs in one wave but whose clusters do not fit the card's GPCs at once: the last
+    clusters run as a second wave (the run-58 measurement in cudal2.cluster_fit). False where the
+    card's cluster counts were not measured (a compile target)."""
+    from .spec import cluster_split
+    if not device.cluster_ctas or not device.sm_count or not cluster_split(spec):
+        return False
+    tiles = math.ceil(problem.M / spec.bm) * math.ceil(problem.N / spec.bn)
+    per_sm = max(1, device.smem_per_sm // (spec.smem_bytes() + 1024))    # CTAs one SM holds by smem
+    if tiles * spec.split_k > device.sm_count * per_sm:
+        return False          # more than one wave by SMs anyway: the model's wave count has it
+    return tiles > cluster_ctas(device, spec.split_k) * per_sm // spec.split_k
 
 
 def _max_stages(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec | None:
@@ -93,7 +118,9 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
             for split in _SPLITS:
                 if split > 1 and math.ceil(problem.K / 64) < 2 * split:
                     continue                   # at least two K-tiles per slice
-                scored.append((estimate(problem, bm, bn, split, sms), bm, bn, split))
+                # The list's split-K specs are cooperative: one cluster of `split` CTAs per tile.
+                fit = cluster_ctas(device, split) if split > 1 and device.cluster_ctas else None
+                scored.append((estimate(problem, bm, bn, split, sms, fit), bm, bn, split))
     scored.sort()
     out: list[KernelSpec] = []
     per_tile: dict = {}
