@@ -75,10 +75,10 @@ class _ProbeDriver:
 
 def test_measure_asks_the_driver_per_size_at_one_cta_per_sm(monkeypatch):
     pytest.importorskip("cuda.bindings.nvrtc")
-    from cudal2.backends import cuda_launch
+    import contextlib
     drv = _ProbeDriver({2: 66, 4: 30, 8: 14, 16: 6})
-    monkeypatch.setattr(cuda_launch, "_drv", lambda: drv)
-    monkeypatch.setattr(cuda_launch, "_context", lambda index: None)
+    monkeypatch.setattr(cluster_fit, "_driver", lambda: drv)
+    monkeypatch.setattr(cluster_fit, "_on_device", lambda index: contextlib.nullcontext())
     got = cluster_fit.measure(0, "sm_90a", 232448, 132)
     # CTAs, not clusters: the driver's count times the size.
     assert got == ((2, 132), (4, 120), (8, 112), (16, 96))
@@ -93,10 +93,17 @@ def test_measure_asks_the_driver_per_size_at_one_cta_per_sm(monkeypatch):
     assert drv.unloaded
 
 
+def test_a_failed_driver_call_is_named():
+    drv = _ProbeDriver({})
+    with pytest.raises(RuntimeError, match="cuOccupancyMaxActiveClusters\\(4\\) failed: 2"):
+        cluster_fit._ok(drv, (2, None), "cuOccupancyMaxActiveClusters(4)")
+    assert cluster_fit._ok(drv, (0, 30), "x") == 30
+
+
 def test_the_probe_compiles_for_hopper_with_each_cluster_size():
     pytest.importorskip("cuda.bindings.nvrtc")
-    from cudal2.backends.cuda import OPTIONS, _nvrtc_compile
-    cubin, _ = _nvrtc_compile(cluster_fit.PROBE, "sm_90a", OPTIONS)
+    from cudal2.nvrtc import compile_cubin
+    cubin, _ = compile_cubin(cluster_fit.PROBE, "sm_90a", ("-std=c++17",))
     for s in cluster_fit.SIZES:
         assert f"cudal2_cluster_probe{s}".encode() in cubin
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..device import DeviceInfo
 from ..kernels_cuda import KERNELS, render as render_template
+from ..nvrtc import NvrtcError, compile_cubin
 from ..problems import Problem
 from ..spec import KernelSpec, SpecError, stream_smem, validate
 from .base import Artifact, CompileError, LaunchError
@@ -71,27 +72,10 @@ def dynamic_smem(spec: KernelSpec) -> int:
 
 
 def _nvrtc_compile(source: str, arch: str, options: tuple[str, ...]) -> tuple[bytes, str]:
-    from cuda.bindings import nvrtc
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"cudal2.cu", 0, [], [])
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise CompileError(f"nvrtcCreateProgram failed: {err.name}")
     try:
-        opts = [f"-arch={arch}".encode()] + [o.encode() for o in options]
-        (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-        buf = b" " * n
-        nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.rstrip(b"\x00").decode(errors="replace")
-        if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise CompileError(f"NVRTC failed ({res.name}) for {arch}", log)
-        _, size = nvrtc.nvrtcGetCUBINSize(prog)
-        cubin = b" " * size
-        (res,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
-        if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise CompileError(f"nvrtcGetCUBIN failed ({res.name})", log)
-        return cubin, log
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+        return compile_cubin(source, arch, options)
+    except NvrtcError as e:
+        raise CompileError(e.message, e.log) from None
 
 
 def cubin_of(source: str, arch: str) -> bytes:
