@@ -53,6 +53,9 @@ class _ProbeDriver:
     def __init__(self, clusters: dict):
         self.clusters, self.attrs, self.queries, self.unloaded = clusters, [], [], False
 
+    def cuInit(self, flags):
+        return (0,)
+
     def cuModuleLoadData(self, image):
         assert isinstance(image, bytes) and image
         return 0, "module"

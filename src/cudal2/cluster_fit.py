@@ -51,6 +51,7 @@ def measure(device_index: int, arch: str, smem_per_block: int, sm_count: int) ->
     from .nvrtc import compile_cubin
     cubin, _ = compile_cubin(PROBE, arch, ("-std=c++17",))
     d = _driver()
+    _ok(d, d.cuInit(0), "cuInit")          # once per process; torch's runtime has usually done it
     with _on_device(device_index):
         module = _ok(d, d.cuModuleLoadData(cubin), "cuModuleLoadData(cluster probe)")
         try:
