@@ -6,7 +6,12 @@
 #                                   # --screen-max-calls (default 300; 0 = no cap)
 #   SET=grid-nt bash bench/grid_search.sh search SECONDS ...   # the same over another set: grid-nn
 #                                   # (default), grid-nt, or models (bench/model_set.txt: 224 nt shapes
-#                                   # of four model configs at M 1..8192, with --m-buckets)
+#                                   # of four model configs at M 1..8192, with --m-buckets), or grid-nn2:
+#                                   # the nn grid again with today's families (its first search, calls
+#                                   # 1-15, predates wgmma and the stream family) in a store of its own,
+#                                   # run/grid_nn2.db (--resume skips what a store finished), its policy
+#                                   # starting from grid.db's; it files into the same registry, where an
+#                                   # entry is replaced only by a higher speedup over best-cublas
 #   bash bench/grid_search.sh search-all SECONDS [SEEDS] [CAP]  # registry v2 (issue 22): grid-nn, then
 #                                   # grid-nt, then models, each --resume, until SECONDS are spent; call
 #                                   # it again in the next device call / session to go on
@@ -38,12 +43,17 @@
 #   gunzip -c $G/compare_grid.rows.jsonl.gz >run/compare/compare_grid.rows.jsonl   # compared rows
 #   gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run43_gridnt_compare.rows.jsonl.gz \
 #     >run/compare_nt/compare_grid.rows.jsonl       # grid nt's (grid_baselines.py --layout nt --out run/compare_nt)
+#   gunzip -c $G/grid_nn2_store.db.gz >run/grid_nn2.db; tar xzf $G/grid_nn2_policy_ckpt.tgz   # once grid-nn2 ran
+# Commit a call's state the other way round: gzip -c run/grid.db >$G/grid_store.db.gz, tar czf
+# $G/grid_policy_ckpt.tgz run/grid.db.ckpt (and the same for run/grid_nn2.db*), the autotune json,
+# run/registry/index.json -> src/cudal2/registry/index.json and its new kernel sources (cp -n).
 # The search's settings are the ones on the command line below; NOTES.md says why each.
 set -uo pipefail
 if [ "${1:-}" = pack ]; then       # CPU side: no device_env, no store checkpoint, nothing else
   mkdir -p .runpack
   keep=(run/grid.db run/grid.db.ckpt run/registry)
-  for f in run/lt-autotune-*.json run/compare/compare_grid.rows.jsonl run/compare_nt/compare_grid.rows.jsonl; do
+  for f in run/grid_nn2.db run/grid_nn2.db.ckpt run/lt-autotune-*.json run/compare/compare_grid.rows.jsonl \
+           run/compare_nt/compare_grid.rows.jsonl; do
     [ -e "$f" ] && keep+=("$f")
   done
   tar czf .runpack/run.tgz "${keep[@]}" && ls -l .runpack/run.tgz
@@ -64,6 +74,9 @@ if [ ! -f run/grid.db ]; then
   gunzip -c $G/compare_grid.rows.jsonl.gz >run/compare/compare_grid.rows.jsonl
   gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run43_gridnt_compare.rows.jsonl.gz \
     >run/compare_nt/compare_grid.rows.jsonl
+  if [ -f $G/grid_nn2_store.db.gz ]; then
+    gunzip -c $G/grid_nn2_store.db.gz >run/grid_nn2.db && tar xzf $G/grid_nn2_policy_ckpt.tgz
+  fi
 fi
 # cuBLASLt autotune's choices (baselines.py's on-disk cache) travel in run/ too: the registry's
 # cuBLAS entries record the algorithm that won, so dispatch can run the same one.
@@ -80,18 +93,20 @@ case "$seeds" in cost:*) costopt=(--cost-model "${COST_MODEL:-bench/results/h200
 # share one store and one registry: the store's search log is keyed by shape and layout, so --resume
 # skips what any earlier call finished, whichever set it was in.
 search_set() {   # search_set SET SECONDS
-  local set=$1 lim=$2 shapes layout stride extra=()
+  local set=$1 lim=$2 shapes layout stride extra=() store=run/grid.db
   case "$set" in
     grid-nn) shapes=grid; layout=nn; stride=7 ;;
+    grid-nn2) shapes=grid; layout=nn; stride=7; store=run/grid_nn2.db
+              extra=(--init-policy run/grid.db.ckpt/policy.pt) ;;
     grid-nt) shapes=grid; layout=nt; stride=7 ;;
     models)  shapes=bench/model_set.txt; layout=nt; stride=11; extra=(--m-buckets) ;;
-    *) echo "unknown SET $set (grid-nn | grid-nt | models)"; return 2 ;;
+    *) echo "unknown SET $set (grid-nn | grid-nt | models | grid-nn2)"; return 2 ;;
   esac
   n=$(ls "$OUT"/generate_*.log 2>/dev/null | wc -l)
   capopt=(); [ "$cap" != 0 ] && capopt=(--screen-max-calls "$cap")
   timeout $((${lim%.*} + 45)) cudal2 generate --shapes "$shapes" --layout "$layout" --stride "$stride" \
     --backend both --budget 8 --group 4 --seed-list "$seeds" "${costopt[@]}" "${capopt[@]}" --screen-ms 10 --full-ms 30 \
-    --recheck 1 "${extra[@]}" --store run/grid.db --registry run/registry --resume --time-limit "$lim" \
+    --recheck 1 "${extra[@]}" --store "$store" --registry run/registry --resume --time-limit "$lim" \
     >"$OUT/generate_$n.log" 2>"$OUT/generate_$n.err"
   local rc=$?
   echo "generate $set exit $rc"
@@ -139,11 +154,13 @@ case "$stage" in
     echo "unknown stage $stage (search | search-all | compare | calibrate)"; exit 2 ;;
 esac
 python3 - <<'EOF'
+import glob
 import sqlite3
-db = sqlite3.connect("run/grid.db")
-db.execute("PRAGMA wal_checkpoint(TRUNCATE)")   # the WAL's rows into the file before packing
-print("store:", db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0], "measurements,",
-      db.execute("SELECT COUNT(*) FROM shapes").fetchone()[0], "shapes finished")
+for path in sorted(glob.glob("run/grid*.db")):
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")   # the WAL's rows into the file before packing
+    print(f"store {path}:", db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0], "measurements,",
+          db.execute("SELECT COUNT(*) FROM shapes").fetchone()[0], "shapes finished")
 EOF
 # cublas entries dispatch to the cuBLAS call that won (src/cudal2/lt_dispatch.py): generate and
 # the compare record autotune's algorithm as they file / time; this catches any entry filed before.
