@@ -25,17 +25,21 @@ def compile_cubin(source: str, arch: str, options: tuple[str, ...]) -> tuple[byt
         opts = [f"-arch={arch}".encode()] + [o.encode() for o in options]
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-        buf = b" " * n
+        # NVRTC writes into the buffer it is handed. An empty log has size 1 (its NUL), and
+        # b" " * 1 is CPython's shared one-byte object: writing there turned every b" " of the
+        # process into b"\x00" (torch.load then failed on a checkpoint; tests/test_nvrtc.py).
+        # A buffer of two bytes or more is a fresh object.
+        buf = b" " * (n + 1)
         nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.rstrip(b"\x00").decode(errors="replace")
+        log = buf[:n].rstrip(b"\x00").decode(errors="replace")
         if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise NvrtcError(f"NVRTC failed ({res.name}) for {arch}", log)
         _, size = nvrtc.nvrtcGetCUBINSize(prog)
-        cubin = b" " * size
+        cubin = b" " * (size + 1)          # a fresh object, as above
         (res,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise NvrtcError(f"nvrtcGetCUBIN failed ({res.name})", log)
-        return cubin, log
+        return cubin[:size], log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
