@@ -33,9 +33,9 @@ exit 0
 """
 
 
-def _run(tmp_path, stop_at):
-    """bench/grid_search.sh search-all 600 in a scratch copy: device_env.sh stubbed (it would pip
-    install), `cudal2` a stub that logs its arguments; returns the logged generate calls."""
+def _run(tmp_path, stop_at, args=("search-all", "600"), extra_env=None):
+    """bench/grid_search.sh ARGS (search-all 600) in a scratch copy: device_env.sh stubbed (it would
+    pip install), `cudal2` a stub that logs its arguments; returns the logged generate calls."""
     work = tmp_path / "w"
     (work / "bench").mkdir(parents=True)
     shutil.copy(BENCH / "grid_search.sh", work / "bench")
@@ -46,8 +46,8 @@ def _run(tmp_path, stop_at):
     (binp / "cudal2").chmod(0o755)
     log = tmp_path / "calls.log"
     env = {**os.environ, "PATH": f"{binp}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
-           "STUB_LOG": str(log), "STUB_STOP_AT": stop_at, "HOME": str(tmp_path)}
-    subprocess.run(["bash", "bench/grid_search.sh", "search-all", "600"], cwd=work, env=env,
+           "STUB_LOG": str(log), "STUB_STOP_AT": stop_at, "HOME": str(tmp_path), **(extra_env or {})}
+    subprocess.run(["bash", "bench/grid_search.sh", *args], cwd=work, env=env,
                    capture_output=True, text=True, timeout=60)
     return [line for line in log.read_text().splitlines() if line.startswith("generate")]
 
@@ -71,20 +71,7 @@ def test_grid_nn2_searches_the_nn_grid_again_in_its_own_store(tmp_path):
     """SET=grid-nn2: the nn grid with today's families, resumable in run/grid_nn2.db (grid.db's
     search log would skip every nn shape), its policy starting from grid.db's, filing into the
     one registry."""
-    work = tmp_path / "w"
-    (work / "bench").mkdir(parents=True)
-    shutil.copy(BENCH / "grid_search.sh", work / "bench")
-    (work / "bench" / "device_env.sh").write_text("true\n")
-    binp = tmp_path / "bin"
-    binp.mkdir()
-    (binp / "cudal2").write_text(STUB)
-    (binp / "cudal2").chmod(0o755)
-    log = tmp_path / "calls.log"
-    env = {**os.environ, "PATH": f"{binp}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
-           "STUB_LOG": str(log), "STUB_STOP_AT": "none", "HOME": str(tmp_path), "SET": "grid-nn2"}
-    subprocess.run(["bash", "bench/grid_search.sh", "search", "300", "cost:4"], cwd=work, env=env,
-                   capture_output=True, text=True, timeout=60)
-    (call,) = [line for line in log.read_text().splitlines() if line.startswith("generate")]
+    (call,) = _run(tmp_path, "none", ("search", "300", "cost:4"), {"SET": "grid-nn2"})
     assert "--layout nn" in call and "--shapes grid" in call and "--resume" in call
     assert "--store run/grid_nn2.db" in call and "--registry run/registry" in call
     assert "--init-policy run/grid.db.ckpt/policy.pt" in call and "--seed-list cost:4" in call
