@@ -136,8 +136,7 @@ def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fix
         # A cluster split-K whose clusters do not all fit at once runs a second wave the ranking
         # does not see (cudal2.cluster_fit): such seeds go behind the rest of a longer list.
         longer = out + [s for s in kind_seeds(2 * n, problem, device, backends, kind, ranker, 2 * n) if s not in out]
-        out = [s for s in longer if not cluster_overflow(s, problem, device)] + \
-              [s for s in longer if cluster_overflow(s, problem, device)]
+        out = sorted(longer, key=lambda s: cluster_overflow(s, problem, device))    # stable: order kept
     return out[:n]
 
 

@@ -110,6 +110,9 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
     104 (bench/hopper_sweep.py --clusters N tries them)."""
     sms = device.sm_count or 132
     bns = [b for b in range(16, 257, 16) if problem.layout == "nt" or b % 64 == 0]
+    # The list's split-K specs are cooperative: one cluster of `split` CTAs per tile, so where the
+    # card's cluster counts were measured the waves are counted in clusters.
+    fits = {s: cluster_ctas(device, s) for s in _SPLITS if s > 1} if device.cluster_ctas else {}
     scored = []
     for bm in _BMS:
         for bn in bns:
@@ -118,9 +121,7 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
             for split in _SPLITS:
                 if split > 1 and math.ceil(problem.K / 64) < 2 * split:
                     continue                   # at least two K-tiles per slice
-                # The list's split-K specs are cooperative: one cluster of `split` CTAs per tile.
-                fit = cluster_ctas(device, split) if split > 1 and device.cluster_ctas else None
-                scored.append((estimate(problem, bm, bn, split, sms, fit), bm, bn, split))
+                scored.append((estimate(problem, bm, bn, split, sms, fits.get(split)), bm, bn, split))
     scored.sort()
     out: list[KernelSpec] = []
     per_tile: dict = {}
