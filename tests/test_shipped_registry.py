@@ -134,9 +134,13 @@ def test_rerender_keeps_checks_where_the_sass_is_unchanged(tmp_path, monkeypatch
     (dest / "index.json").write_text(reg.to_json())
     render = cb.render_template
     monkeypatch.setattr(cb, "render_template", lambda spec, layout: render(spec, layout) + "// a comment\n")
+    before = {reg.source_path(e) for e in picked}
     r = runner.invoke(app, ["registry", "rerender", "--registry", str(dest)])
     assert r.exit_code == 0 and "2 entries re-rendered, 2 to the same SASS" in r.output, r.output
     kept = Registry.load(dest).all()
+    # the old sources are gone (no entry names them), the new ones are there
+    assert before and not any(p.exists() for p in before)
+    assert all(Registry.load(dest).source_path(e).is_file() for e in kept)
     assert all(e.check["passed"] is True and e.times["same_sass_as"] for e in kept)
     assert all(r.ok for r in Registry.load(dest).verify(gpu=False, render=True))
     monkeypatch.setattr(cb, "render_template",
