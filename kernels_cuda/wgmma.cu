@@ -39,6 +39,9 @@
 //                 LAYOUT_NT SUBTILE EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest
 //                 dividing BN / SUBTILE).
 // The PTX wrappers it calls (mbarrier, TMA, stmatrix, wgmma, DSMEM) are in hopper.cuh.
+// TIMELINE=1 (bench/cta_timeline.py only; never in a filed kernel): each CTA stamps %globaltimer and
+// %clock64 at the events TL_* below into the module's global `cudal2_timeline`, for its first work
+// unit: where a short kernel's time goes (prologue, first load, MMAs, reduction, store, exit).
 
 #define THREADS (WARPS * 32)
 #define A_BYTES (BM * 64 * 2)
@@ -70,6 +73,41 @@
 #define CLUSTER_ATTR __cluster_dims__(SPLIT_K, 1, 1)    // a tile's K slices: one cluster
 #else
 #define CLUSTER_ATTR
+#endif
+
+#ifndef TIMELINE
+#define TIMELINE 0
+#endif
+#define TL_ENTRY 0      // consumer 0's first thread enters the kernel
+#define TL_READY 1      // barriers initialised (after the cluster-wide sync)
+#define TL_LOAD 2       // the producer thread has issued its first load(s) (lite: the first STAGES)
+#define TL_FULL 3       // consumer 0 sees its first k-tile land
+#define TL_MMA 4        // consumer 0's MMAs of the first unit are done
+#define TL_REDUCE 5     // split-K: the unit's slices are summed (cluster) / this slice reduced (workspace)
+#define TL_STORE 6      // the epilogue's TMA stores are issued
+#define TL_EXIT 7       // consumer 0's first thread leaves
+#define TL_EVENTS 8
+#define TL_MAX_CTAS 4096
+#define TL_THREAD (LITE ? 0 : 128)      // consumer warpgroup 0's first thread
+#if TIMELINE
+__device__ u64 cudal2_timeline[TL_MAX_CTAS * TL_EVENTS * 2];   // [cta][event][globaltimer ns, clock64]
+__device__ u32 cudal2_timeline_sm[TL_MAX_CTAS];
+DEVI void tl_stamp(int ev) {
+    if (blockIdx.x >= TL_MAX_CTAS) return;
+    u64 t, c;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) :: "memory");
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c) :: "memory");
+    cudal2_timeline[(blockIdx.x * TL_EVENTS + ev) * 2] = t;
+    cudal2_timeline[(blockIdx.x * TL_EVENTS + ev) * 2 + 1] = c;
+    if (ev == TL_ENTRY) {
+        u32 sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        cudal2_timeline_sm[blockIdx.x] = sm;
+    }
+}
+#define TL(ev, cond) do { if (cond) tl_stamp(ev); } while (0)
+#else
+#define TL(ev, cond) do { } while (0)
 #endif
 
 DEVI void cluster_sync() {
@@ -152,6 +190,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const u32 epi = ring + STAGES * STAGE_BYTES;          // CONSUMERS staging tiles, 1024-aligned
     const u32 full0 = smem_u32(&full_bar[0]), empty0 = smem_u32(&empty_bar[0]);
+    TL(TL_ENTRY, threadIdx.x == TL_THREAD);
 
     u32 rank = 0;
 #if CLUSTER > 1
@@ -172,6 +211,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     cluster_sync();    // barriers initialised (and visible cluster-wide) before anyone uses them
+    TL(TL_READY, threadIdx.x == TL_THREAD);
 
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
 #if MC_A
@@ -192,7 +232,10 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             for (int u = cid; u < total; u += nclusters) {
                 int tm, tn, split, kt0, kt1;
                 unit_of(u, ctiles_m, ctiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
-                for (int kt = kt0; kt < kt1; ++kt) produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt, rank, s, phase);
+                for (int kt = kt0; kt < kt1; ++kt) {
+                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt, rank, s, phase);
+                    TL(TL_LOAD, u == cid && kt == kt0);
+                }
             }
         }
     } else {
@@ -237,9 +280,11 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             if (threadIdx.x == 0)
                 for (; next < kt1 && next < kt0 + STAGES; ++next)
                     produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next, rank, ps, pphase);
+            TL(TL_LOAD, threadIdx.x == 0 && u == cid);
 #endif
             for (int kt = kt0; kt < kt1; ++kt) {
                 mbar_wait(full0 + 8 * s, phase);
+                TL(TL_FULL, tig == 0 && c == 0 && u == cid && kt == kt0);
                 const u32 sa = ring + s * STAGE_BYTES, sb = sa + A_BYTES;
                 wgmma_fence();
 #pragma unroll
@@ -275,6 +320,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 if (++s == STAGES) { s = 0; phase ^= 1; }
             }
             wgmma_wait<0>();
+            TL(TL_MMA, tig == 0 && c == 0 && u == cid);
             release(prev);
 #if PINGPONG
             if (tig == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(&turn_bar[c ^ 1])) : "memory");
@@ -324,6 +370,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                     }
                 }
                 cluster_barrier();           // no slice leaves while another may read its partial
+                TL(TL_REDUCE, tig == 0 && c == 0 && u == cid);
                 continue;
             }
 #elif SPLIT_K > 1
@@ -380,6 +427,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                     }
                 }
                 if (tig == 0) counters[slot] = 0;    // ready for the next launch
+                TL(TL_REDUCE, tig == 0 && c == 0 && u == cid);
             }
 #endif
             // Epilogue, SUBTILE column blocks of SUB_COLS. The staging must have been read by the
@@ -419,6 +467,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                     bulk_commit();
                 }
             }
+            TL(TL_STORE, tig == 0 && c == 0 && u == cid);
         }
         // The CTA may exit once the last stores have read the staging: the writes complete on their
         // own (as CUTLASS's sm90 epilogue tail), so a tiny kernel does not wait a global round trip.
@@ -427,4 +476,5 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #if CLUSTER > 1
     cluster_sync();    // no CTA may exit while its partner can still multicast into it or arrive on it
 #endif
+    TL(TL_EXIT, threadIdx.x == TL_THREAD);
 }

@@ -1,0 +1,218 @@
+"""Where a short wgmma kernel's time goes, CTA by CTA: the kernel built with TIMELINE=1
+(kernels_cuda/wgmma.cu) stamps %globaltimer (ns, one clock for the whole GPU) and %clock64 (the SM's
+cycle counter) at eight events of each CTA's first work unit: entry, barriers ready, first load
+issued, first k-tile landed, MMAs done, split-K reduced, TMA store issued, exit. Issue 20 asks what
+the ~2 µs a skinny kernel spends over an empty one are; issue 19 whether the SM clock sags under a
+long back-to-back run (the clock64 / globaltimer ratio of each CTA is its SM clock while it ran).
+
+One device call:
+
+  source bench/device_env.sh
+  python3 bench/cta_timeline.py --out $OUT \
+      --case "64x2048x4096:nt|<wgmma spec text>" [--case ...] [--before 0,200] [--repeat 5]
+
+Per case: the instrumented kernel passes the checker's random check; the plain (filed) kernel and
+the instrumented one are timed together by the PROTOCOL clock (cudal2.timing.offline), so the
+stamps' own cost is a measured figure, not assumed; then for each --before N, N launches back to
+back, one stamped launch timed by CUDA events, the stamps read back. Writes
+cta_timeline_<commit>.json (per case and N: every CTA's raw stamps and SM, the summary below) and
+cta_timeline_<commit>.md (the table), with the card and the command.
+
+Summary per stamped launch: launch skew (each CTA's entry after the first CTA's, median / max),
+per event the time since the CTA's own entry (median, p90 and max over CTAs), the span (first
+entry to last exit) beside the CUDA-event time of the same launch, and the SM clock (MHz, median
+over CTAs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+EVENTS = ("entry", "ready", "load", "full", "mma", "reduce", "store", "exit")   # wgmma.cu's TL_*
+MAX_CTAS = 4096                                                                # wgmma.cu's TL_MAX_CTAS
+TIMELINE_DEFINE = "#define TIMELINE 1\n"
+# The GPU sleep ahead of each stamped train: ~10 ms at the H200's ~1.98 GHz, longer than the host
+# needs to enqueue 1000 launches (~5-10 µs each); the sleep's length is not part of any figure.
+SLEEP_CYCLES = 20_000_000
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def summarize(stamps: list[list[tuple[int, int]]], event_us: float | None = None) -> dict:
+    """stamps[cta][event] = (globaltimer ns, clock64), (0, 0) where the CTA did not stamp that event
+    (a slice that was not last in a workspace split-K stores nothing; CSPLIT has no TMA store).
+    Times are in µs; a CTA without entry and exit stamps is left out (it never ran the instrumented
+    thread's path, or the grid outgrew the buffer)."""
+    ctas = [s for s in stamps if s[0][0] and s[-1][0]]
+    if not ctas:
+        raise ValueError("no CTA stamped both entry and exit: was the kernel built with TIMELINE=1?")
+    t0 = min(s[0][0] for s in ctas)
+    skew = [(s[0][0] - t0) / 1e3 for s in ctas]
+    events = {}
+    for i, name in enumerate(EVENTS[1:], start=1):
+        since = [(s[i][0] - s[0][0]) / 1e3 for s in ctas if s[i][0]]
+        if since:
+            events[name] = {"ctas": len(since), "median_us": round(statistics.median(since), 3),
+                            "p90_us": round(_pct(since, 0.9), 3), "max_us": round(max(since), 3)}
+    mhz = [(s[-1][1] - s[0][1]) / ((s[-1][0] - s[0][0]) / 1e3) for s in ctas if s[-1][0] > s[0][0]]
+    out = {"ctas": len(ctas), "skew_median_us": round(statistics.median(skew), 3),
+           "skew_max_us": round(max(skew), 3),
+           "span_us": round((max(s[-1][0] for s in ctas) - t0) / 1e3, 3),
+           "sm_mhz_median": round(statistics.median(mhz), 1) if mhz else None, "events": events}
+    if event_us is not None:
+        out["event_us"] = round(event_us, 3)
+    return out
+
+
+def parse_case(text: str) -> tuple[str, str]:
+    """'MxNxK:layout|spec text' -> (problem text, spec text)."""
+    if "|" not in text:
+        raise ValueError(f"--case {text!r}: expected 'MxNxK:layout|<wgmma spec text>'")
+    shape, spec = (x.strip() for x in text.split("|", 1))
+    return shape, spec
+
+
+def table(results: list[dict]) -> str:
+    head = ("| shape | spec | before | event µs | span µs | skew med/max µs | MHz | "
+            + " | ".join(EVENTS[1:]) + " |")
+    lines = [head, "|" + " --- |" * (7 + len(EVENTS) - 1)]
+    for r in results:
+        for run in r.get("runs", []):
+            s = run["summary"]
+            ev = [f"{s['events'][e]['median_us']:.2f}" if e in s["events"] else "-" for e in EVENTS[1:]]
+            lines.append(f"| {r['shape']} | {r['spec']} | {run['before']} | {s.get('event_us', '-')} | "
+                         f"{s['span_us']} | {s['skew_median_us']}/{s['skew_max_us']} | {s['sm_mhz_median']} | "
+                         + " | ".join(ev) + " |")
+    return "\n".join(lines) + "\n\nEvent columns: median over CTAs of the time since the CTA's own entry (µs).\n"
+
+
+class Stamped:
+    """The instrumented kernel and its stamp buffer (the module's `cudal2_timeline` global)."""
+
+    def __init__(self, spec, problem, dev):
+        from cudal2.backends.cuda import BACKEND
+        from cudal2.spec import validate
+        validate(spec, problem, dev)
+        src = TIMELINE_DEFINE + BACKEND.render(spec, problem)
+        self.kernel = BACKEND.load(BACKEND.compile_source(spec, src, dev.arch, problem.layout))
+        from cudal2.backends.driver import check, drv
+        self._d, self._check = drv(), check
+        self.ptr, self.nbytes = self._global(b"cudal2_timeline")
+        self.sm_ptr, self.sm_bytes = self._global(b"cudal2_timeline_sm")
+
+    def _global(self, name: bytes) -> tuple[int, int]:
+        res = self._d.cuModuleGetGlobal(self.kernel.module, name)
+        ptr, size = self._check(res, f"cuModuleGetGlobal({name.decode()})")
+        return int(ptr), int(size)
+
+    def clear(self) -> None:
+        self._check(self._d.cuMemsetD8(self.ptr, 0, self.nbytes), "cuMemsetD8")
+
+    def read(self, ctas: int) -> list[list[tuple[int, int]]]:
+        import array
+        buf = array.array("Q", bytes(self.nbytes))
+        self._check(self._d.cuMemcpyDtoH(buf.buffer_info()[0], self.ptr, self.nbytes), "cuMemcpyDtoH")
+        n = len(EVENTS)
+        return [[(buf[(c * n + e) * 2], buf[(c * n + e) * 2 + 1]) for e in range(n)] for c in range(ctas)]
+
+    def sms(self, ctas: int) -> list[int]:
+        import array
+        buf = array.array("I", bytes(self.sm_bytes))
+        self._check(self._d.cuMemcpyDtoH(buf.buffer_info()[0], self.sm_ptr, self.sm_bytes), "cuMemcpyDtoH")
+        return list(buf[:ctas])
+
+
+def run_case(shape: str, spec_text: str, befores: list[int], repeat: int, dev) -> dict:
+    import torch
+
+    from cudal2 import timing
+    from cudal2.backends import build_kernel
+    from cudal2.check import check_kernel, make_inputs
+    from cudal2.problems import Problem
+    from cudal2.spec import KernelSpec
+    problem = Problem.parse(shape)
+    spec = KernelSpec.parse(spec_text)
+    if spec.family != "wgmma":
+        raise ValueError(f"{spec_text!r}: the timeline is built into the wgmma family only")
+    out = {"shape": problem.text, "spec": spec.text, "runs": []}
+    st = Stamped(spec, problem, dev)
+    rep = check_kernel(st.kernel, problem, "cuda", checks=("random",))
+    if not rep.passed:
+        out["error"] = f"instrumented kernel failed the check: {rep.reason}"
+        return out
+    plain = build_kernel(spec, problem, dev)
+    a, b = make_inputs(problem, "cuda", torch.Generator(device="cuda").manual_seed(1))
+    c1, c2 = (torch.empty(problem.M, problem.N, dtype=torch.float16, device="cuda") for _ in range(2))
+    stats = timing.offline({"plain": lambda: plain(a, b, c1), "stamped": lambda: st.kernel(a, b, c2)}, min_ms=50)
+    out["offline_us"] = {k: round(v.median_us, 3) for k, v in stats.items()}
+    grid = st.kernel._grid_wgmma(problem.M, problem.N)
+    out["grid_ctas"] = grid
+    if grid > MAX_CTAS:
+        out["note"] = f"grid of {grid} CTAs: stamps kept for the first {MAX_CTAS}"
+    for before in befores:
+        for r in range(repeat):
+            torch.cuda.synchronize()
+            st.clear()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # Everything queued behind a GPU sleep, so the `before` launches and the stamped one run
+            # back to back whatever the host's enqueue rate (as the offline clock does).
+            torch.cuda._sleep(SLEEP_CYCLES)
+            for _ in range(before):
+                st.kernel(a, b, c2)
+            e0.record()
+            st.kernel(a, b, c2)
+            e1.record()
+            torch.cuda.synchronize()
+            n = min(grid, MAX_CTAS)
+            raw = st.read(n)
+            summary = summarize(raw, e0.elapsed_time(e1) * 1e3)
+            out["runs"].append({"before": before, "repeat": r, "summary": summary,
+                                "sms": st.sms(n), "stamps": raw})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--case", action="append", required=True, help="'MxNxK:layout|<wgmma spec text>'")
+    ap.add_argument("--before", default="0,200", help="launches queued back to back before the stamped "
+                    "one, comma-separated (0: after an idle GPU)")
+    ap.add_argument("--repeat", type=int, default=3, help="stamped launches per --before value")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    cases = [parse_case(c) for c in args.case]          # bad input refused before the GPU is touched
+    befores = [int(x) for x in args.before.split(",") if x.strip()]
+    if any(not 0 <= b <= 1000 for b in befores) or args.repeat < 1:
+        # past ~1000 launches the host may outrun the GPU sleep that keeps the train back to back
+        ap.error("--before values must be in 0..1000 and --repeat >= 1")
+    from cudal2.device import current
+    from cudal2.versions import collect, source_commit
+    dev = current()
+    results = []
+    for shape, spec in cases:
+        try:
+            results.append(run_case(shape, spec, befores, args.repeat, dev))
+        except Exception as e:          # one case's failure is a row, the others still run
+            results.append({"shape": shape, "spec": spec, "error": f"{type(e).__name__}: {e}"})
+        r = results[-1]
+        print(r.get("error") or f"{r['shape']} offline {r['offline_us']} grid {r['grid_ctas']}", flush=True)
+    commit = source_commit()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"card": dev.name, "device": dev.key, "commit": commit, "versions": collect(),
+           "command": "python3 bench/cta_timeline.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "events": EVENTS, "results": results}
+    (out / f"cta_timeline_{commit}.json").write_text(json.dumps(doc))
+    md = table([r for r in results if "runs" in r])
+    (out / f"cta_timeline_{commit}.md").write_text(md)
+    print(md)
+    return 0 if all("error" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""bench/cta_timeline.py and the wgmma family's TIMELINE stamps, on the CPU: the summary's
+arithmetic on hand-made stamps, the case parser, and (NVRTC, no GPU) that the stamps compile in and
+cost nothing when off, which is what lets every filed wgmma kernel carry the TL() call sites."""
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from cudal2.kernels_cuda import render
+from cudal2.spec import KernelSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("cta_timeline", ROOT / "bench" / "cta_timeline.py")
+ct = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ct)
+
+# A lite split-K spec (cluster reduction, no TMA store), a persistent cooperative tile, a ping-pong
+# workspace split-K and a 2-CTA cluster sharing A: the paths the stamps sit on.
+SPECS = ("backend=cuda family=wgmma bm=64 bn=96 bk=64 warps=4 stages=8 group_m=1 split_k=4 subtile=1 warp_spec=0 cluster=1",
+         "backend=cuda family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2 warp_spec=1 cluster=1",
+         "backend=cuda family=wgmma bm=64 bn=64 bk=64 warps=12 stages=8 group_m=4 split_k=4 subtile=2 warp_spec=2 cluster=1",
+         "backend=cuda family=wgmma bm=256 bn=128 bk=64 warps=12 stages=3 group_m=8 split_k=1 subtile=2 warp_spec=1 cluster=2")
+
+
+def _cta(entry_ns, offsets_ns, mhz=2000.0):
+    """A CTA's 8 (globaltimer, clock64) pairs: entry at entry_ns, event i at entry + offsets[i-1]
+    (None: not stamped), the clock counting mhz cycles per µs from an arbitrary origin."""
+    out = [(entry_ns, 10_000)]
+    for off in offsets_ns:
+        out.append((0, 0) if off is None else (entry_ns + off, 10_000 + round(off * mhz / 1000)))
+    return out
+
+
+def test_summary_times_are_per_cta_and_missing_events_are_skipped():
+    # CTA 0 enters at 1000 ns, CTA 1 at 1500 ns; the second never reduced (a split-K slice that was
+    # not last) and stored nothing; a third CTA without an exit stamp (outside the buffer) is left out.
+    a = _cta(1000, [200, 300, 900, 4000, 4500, 5000, 6000], mhz=1980.0)
+    b = _cta(1500, [400, 500, 1100, 4200, None, None, 5000], mhz=1980.0)
+    c = [(2000, 1)] + [(0, 0)] * 7
+    s = ct.summarize([a, b, c], event_us=7.25)
+    assert s["ctas"] == 2
+    assert s["skew_median_us"] == pytest.approx(0.25) and s["skew_max_us"] == pytest.approx(0.5)
+    assert s["span_us"] == pytest.approx(6.0)            # first entry 1000 -> last exit 7000 ns
+    assert s["events"]["ready"]["median_us"] == pytest.approx(0.3)       # median of 0.2 and 0.4
+    assert s["events"]["mma"]["max_us"] == pytest.approx(4.2)
+    assert s["events"]["reduce"] == {"ctas": 1, "median_us": 4.5, "p90_us": 4.5, "max_us": 4.5}
+    assert s["sm_mhz_median"] == pytest.approx(1980.0, abs=0.2)
+    assert s["event_us"] == 7.25
+
+
+def test_summary_refuses_an_uninstrumented_buffer():
+    with pytest.raises(ValueError, match="TIMELINE=1"):
+        ct.summarize([[(0, 0)] * 8, [(0, 0)] * 8])
+
+
+def test_case_parser_and_table():
+    assert ct.parse_case("64x2048x4096:nt | backend=cuda family=wgmma bm=64") == \
+        ("64x2048x4096:nt", "backend=cuda family=wgmma bm=64")
+    with pytest.raises(ValueError, match="expected"):
+        ct.parse_case("64x2048x4096:nt")
+    summ = ct.summarize([_cta(5000, [100, 200, 300, 400, None, 600, 700])], event_us=1.0)
+    md = ct.table([{"shape": "64x64x64:nt", "spec": "s", "runs": [{"before": 0, "summary": summ}]}])
+    row = md.splitlines()[2]
+    assert "| 0.10 | 0.20 | 0.30 | 0.40 | - | 0.60 | 0.70 |" in row
+
+
+def test_bad_arguments_fail_before_any_gpu_work(capsys):
+    with pytest.raises(SystemExit):
+        ct.main(["--case", "64x64x64:nt|x", "--before", "-1", "--out", "/tmp/unused"])
+    with pytest.raises(ValueError, match="expected"):
+        ct.main(["--case", "no-bar", "--out", "/tmp/unused"])
+
+
+def _sass_tool():
+    from cudal2.backends.sass import cuobjdump
+    return cuobjdump()
+
+
+@pytest.mark.parametrize("text", SPECS)
+def test_stamps_compile_in_and_are_free_when_off(text):
+    """TIMELINE=1 compiles for sm_90a with the stamp buffer and no spills; the filed source (TIMELINE
+    unset) compiles to the same SASS as the template with every TL() line deleted."""
+    from cudal2.backends.sass import same_machine_code
+    from cudal2.nvrtc import compile_cubin
+    spec = KernelSpec.parse(text)
+    src = render(spec, "nt")
+    cubin, log = compile_cubin(ct.TIMELINE_DEFINE + src, "sm_90a", ("-std=c++17", "--ptxas-options=-v"))
+    assert b"cudal2_timeline" in cubin
+    assert re.search(r"0 bytes spill stores", log), log
+    if _sass_tool() is None:
+        pytest.skip("no cuobjdump on PATH or in the triton wheel: the SASS comparison needs one")
+    stripped = "\n".join(l for l in src.splitlines() if not l.strip().startswith("TL("))
+    assert stripped != src
+    assert same_machine_code(src, stripped, "sm_90a") is True
+
+
+# ---- bench/clock_watch.py (issue 19: the SM clock during a sustained back-to-back run) ----------
+_cw_spec = importlib.util.spec_from_file_location("clock_watch", ROOT / "bench" / "clock_watch.py")
+cw = importlib.util.module_from_spec(_cw_spec)
+_cw_spec.loader.exec_module(cw)
+
+
+def test_smi_samples_parse_and_fall_into_their_phase():
+    text = ("2026/12/05 10:00:00.000, 1980, 350.5, 40, 0x0000000000000000\n"
+            "2026/12/05 10:00:01.000, 1755, 699.0, 55, 0x0000000000000004\n"
+            "2026/12/05 10:00:02.000, 1740, 698.0, 57, 0x0000000000000004\n"
+            "2026/12/05 10:00:03.000, [N/A], 300.0, 50, 0x0\n"      # skipped: not a number
+            "2026/12/05 10:00:04.0")                                  # skipped: a cut last line
+    s = cw.parse_smi(text)
+    assert [x["sm_mhz"] for x in s] == [1980.0, 1755.0, 1740.0]
+    t0 = s[0]["t"]
+    # Phase [t0, t0 + 3 s]: its middle 80% is [t0 + 0.3, t0 + 2.7]: the samples at 1 s and 2 s.
+    mid = cw.phase_samples(s, t0, t0 + 3.0)
+    assert [x["sm_mhz"] for x in mid] == [1755.0, 1740.0]
+    row = cw.summarize_phase("ours", 209.8, mid)
+    assert row == {"name": "ours", "us": 209.8, "samples": 2, "sm_mhz": 1747.5, "sm_mhz_min": 1740.0,
+                   "power_w": 698.5, "temp_c": 57.0, "reasons": ["0x0000000000000004"]}
+    assert cw.summarize_phase("idle", 1.0, []) == {"name": "idle", "us": 1.0, "samples": 0}
+
+
+def test_clock_watch_refuses_bad_arguments():
+    with pytest.raises(SystemExit):
+        cw.main(["--spec", "x", "--seconds", "0", "--out", "/tmp/unused"])
