@@ -9,7 +9,7 @@ One device call:
 
   source bench/device_env.sh
   python3 bench/cta_timeline.py --out $OUT \
-      --case "64x2048x4096:nt|<wgmma spec text>" [--case ...] [--before 0,200] [--repeat 5]
+      --case "64x2048x4096:nt|<wgmma spec text>" [--case ...] [--cases FILE] [--before 0,200] [--repeat 3]
 
 Per case: the instrumented kernel passes the checker's random check; the plain (filed) kernel and
 the instrumented one are timed together by the PROTOCOL clock (cudal2.timing.offline), so the
@@ -179,13 +179,19 @@ def run_case(shape: str, spec_text: str, befores: list[int], repeat: int, dev) -
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--case", action="append", required=True, help="'MxNxK:layout|<wgmma spec text>'")
+    ap.add_argument("--case", action="append", default=[], help="'MxNxK:layout|<wgmma spec text>'")
+    ap.add_argument("--cases", help="a file of cases, one per line ('#' comments), e.g. bench/timeline_cases.txt")
     ap.add_argument("--before", default="0,200", help="launches queued back to back before the stamped "
                     "one, comma-separated (0: after an idle GPU)")
     ap.add_argument("--repeat", type=int, default=3, help="stamped launches per --before value")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    cases = [parse_case(c) for c in args.case]          # bad input refused before the GPU is touched
+    texts = list(args.case)
+    if args.cases:
+        texts += [l for l in (x.strip() for x in Path(args.cases).read_text().splitlines()) if l and not l.startswith("#")]
+    if not texts:
+        ap.error("no case: give --case or --cases")
+    cases = [parse_case(c) for c in texts]              # bad input refused before the GPU is touched
     befores = [int(x) for x in args.before.split(",") if x.strip()]
     if any(not 0 <= b <= 1000 for b in befores) or args.repeat < 1:
         # past ~1000 launches the host may outrun the GPU sleep that keeps the train back to back

@@ -65,11 +65,35 @@ def test_case_parser_and_table():
     assert "| 0.10 | 0.20 | 0.30 | 0.40 | - | 0.60 | 0.70 |" in row
 
 
+def test_the_committed_cases_parse_and_are_valid_specs():
+    """bench/timeline_cases.txt is what the next card session runs: every line a valid wgmma spec
+    for its shape on sm_90a that compiles with the stamps and no spills (a typo there would cost a
+    device call)."""
+    from cudal2.device import DeviceInfo
+    from cudal2.nvrtc import compile_cubin
+    from cudal2.problems import Problem
+    from cudal2.spec import validate
+    lines = [l for l in (ROOT / "bench" / "timeline_cases.txt").read_text().splitlines()
+             if l.strip() and not l.startswith("#")]
+    assert len(lines) == 8
+    for line in lines:
+        shape, text = ct.parse_case(line)
+        spec = KernelSpec.parse(text)
+        assert spec.family == "wgmma"
+        prob = Problem.parse(shape)
+        validate(spec, prob, DeviceInfo.target("sm_90a"))
+        _, log = compile_cubin(ct.TIMELINE_DEFINE + render(spec, prob.layout), "sm_90a",
+                               ("-std=c++17", "--ptxas-options=-v"))
+        assert re.search(r"0 bytes spill stores", log), (line, log)
+
+
 def test_bad_arguments_fail_before_any_gpu_work(capsys):
     with pytest.raises(SystemExit):
         ct.main(["--case", "64x64x64:nt|x", "--before", "-1", "--out", "/tmp/unused"])
     with pytest.raises(ValueError, match="expected"):
         ct.main(["--case", "no-bar", "--out", "/tmp/unused"])
+    with pytest.raises(SystemExit):
+        ct.main(["--out", "/tmp/unused"])                  # no case at all
 
 
 def _sass_tool():
