@@ -353,9 +353,6 @@ class Registry:
                 e.validate()
             if changed:
                 _atomic_write(self.root / "index.json", fresh.to_json())
-                named = {fresh.source_path(e) for e in fresh.all() if e.backend != "cublas"}
-                for path in old_paths - named:
-                    path.unlink(missing_ok=True)
             self.entries = fresh.entries
         return changed
 
