@@ -11,9 +11,10 @@ One device call:
   python3 bench/cta_timeline.py --out $OUT \
       --case "64x2048x4096:nt|<wgmma spec text>" [--case ...] [--cases FILE] [--before 0,200] [--repeat 3]
 
-Per case: the instrumented kernel passes the checker's random check; the plain (filed) kernel and
-the instrumented one are timed together by the PROTOCOL clock (cudal2.timing.offline), so the
-stamps' own cost is a measured figure, not assumed; then for each --before N, N launches back to
+Per case: the instrumented kernel passes the checker's random check; the filed kernel and the
+instrumented one (and, for a case with template defines such as RED_CHUNK=8, the variant built
+with them) are timed together by the PROTOCOL clock (cudal2.timing.offline), so the stamps' own
+cost and the variant's gain are same-run figures; then for each --before N, N launches back to
 back, one stamped launch timed by CUDA events, the stamps read back. Writes
 cta_timeline_<commit>.json (per case and N: every CTA's raw stamps and SM, the summary below) and
 cta_timeline_<commit>.md (the table), with the card and the command.
@@ -70,12 +71,24 @@ def summarize(stamps: list[list[tuple[int, int]]], event_us: float | None = None
     return out
 
 
-def parse_case(text: str) -> tuple[str, str]:
-    """'MxNxK:layout|spec text' -> (problem text, spec text)."""
-    if "|" not in text:
-        raise ValueError(f"--case {text!r}: expected 'MxNxK:layout|<wgmma spec text>'")
-    shape, spec = (x.strip() for x in text.split("|", 1))
-    return shape, spec
+def parse_case(text: str) -> tuple[str, str, dict[str, int]]:
+    """'MxNxK:layout|spec text[|NAME=VALUE ...]' -> (problem text, spec text, defines). The defines
+    are template macros of an experiment that is not a spec field yet (wgmma.cu's RED_CHUNK): the
+    case then times the filed kernel beside the variant, same run."""
+    parts = [x.strip() for x in text.split("|")]
+    if len(parts) not in (2, 3) or not all(parts[:2]):
+        raise ValueError(f"--case {text!r}: expected 'MxNxK:layout|<wgmma spec text>[|NAME=VALUE ...]'")
+    defines = {}
+    for item in (parts[2].replace(",", " ").split() if len(parts) == 3 else []):
+        name, _, value = item.partition("=")
+        if not name.isidentifier() or not value.lstrip("-").isdigit() or name == "TIMELINE":
+            raise ValueError(f"--case {text!r}: define {item!r} is not NAME=INTEGER (TIMELINE is the tool's own)")
+        defines[name] = int(value)
+    return parts[0], parts[1], defines
+
+
+def prefix(defines: dict[str, int]) -> str:
+    return "".join(f"#define {k} {v}\n" for k, v in defines.items())
 
 
 def table(results: list[dict]) -> str:
@@ -86,21 +99,28 @@ def table(results: list[dict]) -> str:
         for run in r.get("runs", []):
             s = run["summary"]
             ev = [f"{s['events'][e]['median_us']:.2f}" if e in s["events"] else "-" for e in EVENTS[1:]]
-            lines.append(f"| {r['shape']} | {r['spec']} | {run['before']} | {s.get('event_us', '-')} | "
+            spec = r["spec"] + "".join(f" {k}={v}" for k, v in r.get("defines", {}).items())
+            lines.append(f"| {r['shape']} | {spec} | {run['before']} | {s.get('event_us', '-')} | "
                          f"{s['span_us']} | {s['skew_median_us']}/{s['skew_max_us']} | {s['sm_mhz_median']} | "
                          + " | ".join(ev) + " |")
     return "\n".join(lines) + "\n\nEvent columns: median over CTAs of the time since the CTA's own entry (µs).\n"
 
 
+def build_variant(spec, problem, dev, head: str):
+    """The wgmma kernel with `head` (#defines) ahead of its rendered source, validated, compiled
+    (the backend's cache keys on the source) and loaded."""
+    from cudal2.backends.cuda import BACKEND
+    from cudal2.spec import validate
+    validate(spec, problem, dev)
+    src = head + BACKEND.render(spec, problem)
+    return BACKEND.load(BACKEND.compile_source(spec, src, dev.arch, problem.layout))
+
+
 class Stamped:
     """The instrumented kernel and its stamp buffer (the module's `cudal2_timeline` global)."""
 
-    def __init__(self, spec, problem, dev):
-        from cudal2.backends.cuda import BACKEND
-        from cudal2.spec import validate
-        validate(spec, problem, dev)
-        src = TIMELINE_DEFINE + BACKEND.render(spec, problem)
-        self.kernel = BACKEND.load(BACKEND.compile_source(spec, src, dev.arch, problem.layout))
+    def __init__(self, spec, problem, dev, defines: dict[str, int]):
+        self.kernel = build_variant(spec, problem, dev, TIMELINE_DEFINE + prefix(defines))
         from cudal2.backends.driver import check, drv
         self._d, self._check = drv(), check
         self.ptr, self.nbytes = self._global(b"cudal2_timeline")
@@ -128,7 +148,7 @@ class Stamped:
         return list(buf[:ctas])
 
 
-def run_case(shape: str, spec_text: str, befores: list[int], repeat: int, dev) -> dict:
+def run_case(shape: str, spec_text: str, defines: dict[str, int], befores: list[int], repeat: int, dev) -> dict:
     import torch
 
     from cudal2 import timing
@@ -140,17 +160,25 @@ def run_case(shape: str, spec_text: str, befores: list[int], repeat: int, dev) -
     spec = KernelSpec.parse(spec_text)
     if spec.family != "wgmma":
         raise ValueError(f"{spec_text!r}: the timeline is built into the wgmma family only")
-    out = {"shape": problem.text, "spec": spec.text, "runs": []}
-    st = Stamped(spec, problem, dev)
-    rep = check_kernel(st.kernel, problem, "cuda", checks=("random",))
-    if not rep.passed:
-        out["error"] = f"instrumented kernel failed the check: {rep.reason}"
-        return out
-    plain = build_kernel(spec, problem, dev)
+    out = {"shape": problem.text, "spec": spec.text, "defines": defines, "runs": []}
+    st = Stamped(spec, problem, dev, defines)
+    kernels = {"filed": build_kernel(spec, problem, dev), "stamped": st.kernel}
+    if defines:
+        kernels["variant"] = build_variant(spec, problem, dev, prefix(defines))
+    for name, k in kernels.items():
+        rep = check_kernel(k, problem, "cuda", checks=("random",))
+        if not rep.passed:
+            out["error"] = f"the {name} kernel failed the check: {rep.reason}"
+            return out
     a, b = make_inputs(problem, "cuda", torch.Generator(device="cuda").manual_seed(1))
-    c1, c2 = (torch.empty(problem.M, problem.N, dtype=torch.float16, device="cuda") for _ in range(2))
-    stats = timing.offline({"plain": lambda: plain(a, b, c1), "stamped": lambda: st.kernel(a, b, c2)}, min_ms=50)
+    cs = {n: torch.empty(problem.M, problem.N, dtype=torch.float16, device="cuda") for n in kernels}
+    stats = timing.offline({n: (lambda k=k, c=cs[n]: k(a, b, c)) for n, k in kernels.items()}, min_ms=50)
     out["offline_us"] = {k: round(v.median_us, 3) for k, v in stats.items()}
+    c2 = cs["stamped"]
+    # The launches ahead of the stamped one are the same kernel without stamps: a stamped one would
+    # leave its stamps where the measured launch writes none (a workspace split-K's slice that is
+    # last in one launch and not in the next).
+    ahead, c_ahead = kernels.get("variant", kernels["filed"]), cs.get("variant", cs["filed"])
     grid = st.kernel._grid_wgmma(problem.M, problem.N)
     out["grid_ctas"] = grid
     if grid > MAX_CTAS:
@@ -164,7 +192,7 @@ def run_case(shape: str, spec_text: str, befores: list[int], repeat: int, dev) -
             # back to back whatever the host's enqueue rate (as the offline clock does).
             torch.cuda._sleep(SLEEP_CYCLES)
             for _ in range(before):
-                st.kernel(a, b, c2)
+                ahead(a, b, c_ahead)
             e0.record()
             st.kernel(a, b, c2)
             e1.record()
@@ -179,7 +207,8 @@ def run_case(shape: str, spec_text: str, befores: list[int], repeat: int, dev) -
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--case", action="append", default=[], help="'MxNxK:layout|<wgmma spec text>'")
+    ap.add_argument("--case", action="append", default=[],
+                    help="'MxNxK:layout|<wgmma spec text>[|NAME=VALUE ...]' (template defines: a variant)")
     ap.add_argument("--cases", help="a file of cases, one per line ('#' comments), e.g. bench/timeline_cases.txt")
     ap.add_argument("--before", default="0,200", help="launches queued back to back before the stamped "
                     "one, comma-separated (0: after an idle GPU)")
@@ -200,11 +229,11 @@ def main(argv=None) -> int:
     from cudal2.versions import collect, source_commit
     dev = current()
     results = []
-    for shape, spec in cases:
+    for shape, spec, defines in cases:
         try:
-            results.append(run_case(shape, spec, befores, args.repeat, dev))
+            results.append(run_case(shape, spec, defines, befores, args.repeat, dev))
         except Exception as e:          # one case's failure is a row, the others still run
-            results.append({"shape": shape, "spec": spec, "error": f"{type(e).__name__}: {e}"})
+            results.append({"shape": shape, "spec": spec, "defines": defines, "error": f"{type(e).__name__}: {e}"})
         r = results[-1]
         print(r.get("error") or f"{r['shape']} offline {r['offline_us']} grid {r['grid_ctas']}", flush=True)
     commit = source_commit()

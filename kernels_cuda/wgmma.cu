@@ -39,6 +39,8 @@
 //                 LAYOUT_NT SUBTILE EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest
 //                 dividing BN / SUBTILE).
 // The PTX wrappers it calls (mbarrier, TMA, stmatrix, wgmma, DSMEM) are in hopper.cuh.
+// RED_CHUNK, EXIT_RELAXED: experiments on the cluster split-K's reduction, off (1, 0) in every filed
+// kernel until a card measures them (bench/timeline_cases.txt; NOTES 2026-12-04 night).
 // TIMELINE=1 (bench/cta_timeline.py only; never in a filed kernel): each CTA stamps %globaltimer and
 // %clock64 at the events TL_* below into the module's global `cudal2_timeline`, for its first work
 // unit: where a short kernel's time goes (prologue, first load, MMAs, reduction, store, exit).
@@ -77,6 +79,12 @@
 
 #ifndef TIMELINE
 #define TIMELINE 0
+#endif
+#ifndef RED_CHUNK
+#define RED_CHUNK 1     // cluster split-K: float4 groups whose remote loads fly together (see there)
+#endif
+#ifndef EXIT_RELAXED
+#define EXIT_RELAXED 0  // cluster split-K: the last cluster barrier without a release (see there)
 #endif
 #define TL_ENTRY 0      // consumer 0's first thread enters the kernel
 #define TL_READY 1      // barriers initialised (after the cluster-wide sync)
@@ -348,28 +356,50 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 }
                 cluster_barrier();           // every slice's partial written and visible
                 const int row_w = tm * BM + c * CROWS + warp * 16 + lane / 4;
+                // RCHUNK groups' remote loads are issued before any of them is summed: the loads
+                // are volatile asm, so the stores of a group would otherwise close its loads' flight
+                // and each group pays a DSMEM round trip of its own (SASS: VPS rounds of SPLIT_K
+                // LD.E.128 then STG). RED_CHUNK 1 is the filed kernels' code.
+                constexpr int RCHUNK = RED_CHUNK < VPS ? RED_CHUNK : VPS;
 #pragma unroll
-                for (int jj = 0; jj < VPS; ++jj) {
-                    const int v = split * VPS + jj;
-                    if (v >= NV) break;
-                    const u32 off = red + (u32)(v * 128 + tig) * 16;
-                    float x[SPLIT_K][4];
+                for (int j0 = 0; j0 < VPS; j0 += RCHUNK) {
+                    if (split * VPS + j0 >= NV) break;
+                    float x[RCHUNK][SPLIT_K][4];
 #pragma unroll
-                    for (int sp = 0; sp < SPLIT_K; ++sp) ld_dsmem_f4(off, sp, x[sp]);
+                    for (int jj = 0; jj < RCHUNK; ++jj) {
+                        const int v = split * VPS + j0 + jj;
+                        if (j0 + jj >= VPS || v >= NV) break;
+                        const u32 off = red + (u32)(v * 128 + tig) * 16;
 #pragma unroll
-                    for (int sp = 1; sp < SPLIT_K; ++sp)
+                        for (int sp = 0; sp < SPLIT_K; ++sp) ld_dsmem_f4(off, sp, x[jj][sp]);
+                    }
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) x[0][e] += x[sp][e];
-                    // Group v is acc[mw][4j..4j+3], mw = v / (NACC/4): [4j+0,1] at row lane/4,
-                    // cols 8j + 2(lane%4) + {0,1}; [4j+2,3] 8 rows down.
-                    const int mw = v / (NACC / 4), j = v % (NACC / 4);
-                    const int row = row_w + mw * 64, col = tn * BN + 8 * j + 2 * (lane % 4);
-                    if (col < N) {
-                        if (row < M) C[((long long)row * N + col) / 2] = pack_f16x2(x[0][0], x[0][1]);
-                        if (row + 8 < M) C[((long long)(row + 8) * N + col) / 2] = pack_f16x2(x[0][2], x[0][3]);
+                    for (int jj = 0; jj < RCHUNK; ++jj) {
+                        const int v = split * VPS + j0 + jj;
+                        if (j0 + jj >= VPS || v >= NV) break;
+                        float* y = x[jj][0];
+#pragma unroll
+                        for (int sp = 1; sp < SPLIT_K; ++sp)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) y[e] += x[jj][sp][e];
+                        // Group v is acc[mw][4j..4j+3], mw = v / (NACC/4): [4j+0,1] at row lane/4,
+                        // cols 8j + 2(lane%4) + {0,1}; [4j+2,3] 8 rows down.
+                        const int mw = v / (NACC / 4), j = v % (NACC / 4);
+                        const int row = row_w + mw * 64, col = tn * BN + 8 * j + 2 * (lane % 4);
+                        if (col < N) {
+                            if (row < M) C[((long long)row * N + col) / 2] = pack_f16x2(y[0], y[1]);
+                            if (row + 8 < M) C[((long long)(row + 8) * N + col) / 2] = pack_f16x2(y[2], y[3]);
+                        }
                     }
                 }
+#if EXIT_RELAXED
+                // No slice leaves while another may read its partial. Its own remote loads are
+                // complete (their sums were stored), so the arrive needs no release: the relaxed
+                // form drops the MEMBAR.ALL.GPU that waits for this thread's C stores.
+                asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
+#else
                 cluster_barrier();           // no slice leaves while another may read its partial
+#endif
                 TL(TL_REDUCE, tig == 0 && c == 0 && u == cid);
                 continue;
             }

@@ -56,12 +56,17 @@ def test_summary_refuses_an_uninstrumented_buffer():
 
 def test_case_parser_and_table():
     assert ct.parse_case("64x2048x4096:nt | backend=cuda family=wgmma bm=64") == \
-        ("64x2048x4096:nt", "backend=cuda family=wgmma bm=64")
-    with pytest.raises(ValueError, match="expected"):
-        ct.parse_case("64x2048x4096:nt")
+        ("64x2048x4096:nt", "backend=cuda family=wgmma bm=64", {})
+    assert ct.parse_case("64x64x64:nt|s|RED_CHUNK=8, X=-1") == ("64x64x64:nt", "s", {"RED_CHUNK": 8, "X": -1})
+    assert ct.prefix({"RED_CHUNK": 8}) == "#define RED_CHUNK 8\n"
+    for bad in ("64x2048x4096:nt", "a|b|c|d", "|spec", "s|t|RED_CHUNK", "s|t|RED_CHUNK=x", "s|t|TIMELINE=0"):
+        with pytest.raises(ValueError, match="expected|NAME=INTEGER"):
+            ct.parse_case(bad)
     summ = ct.summarize([_cta(5000, [100, 200, 300, 400, None, 600, 700])], event_us=1.0)
-    md = ct.table([{"shape": "64x64x64:nt", "spec": "s", "runs": [{"before": 0, "summary": summ}]}])
+    md = ct.table([{"shape": "64x64x64:nt", "spec": "s", "defines": {"RED_CHUNK": 4},
+                    "runs": [{"before": 0, "summary": summ}]}])
     row = md.splitlines()[2]
+    assert row.startswith("| 64x64x64:nt | s RED_CHUNK=4 | 0 | 1.0 |")
     assert "| 0.10 | 0.20 | 0.30 | 0.40 | - | 0.60 | 0.70 |" in row
 
 
@@ -75,14 +80,14 @@ def test_the_committed_cases_parse_and_are_valid_specs():
     from cudal2.spec import validate
     lines = [l for l in (ROOT / "bench" / "timeline_cases.txt").read_text().splitlines()
              if l.strip() and not l.startswith("#")]
-    assert len(lines) == 8
+    assert len(lines) == 14
     for line in lines:
-        shape, text = ct.parse_case(line)
+        shape, text, defines = ct.parse_case(line)
         spec = KernelSpec.parse(text)
         assert spec.family == "wgmma"
         prob = Problem.parse(shape)
         validate(spec, prob, DeviceInfo.target("sm_90a"))
-        _, log = compile_cubin(ct.TIMELINE_DEFINE + render(spec, prob.layout), "sm_90a",
+        _, log = compile_cubin(ct.TIMELINE_DEFINE + ct.prefix(defines) + render(spec, prob.layout), "sm_90a",
                                ("-std=c++17", "--ptxas-options=-v"))
         assert re.search(r"0 bytes spill stores", log), (line, log)
 
