@@ -151,3 +151,40 @@ def test_smi_samples_parse_and_fall_into_their_phase():
 def test_clock_watch_refuses_bad_arguments():
     with pytest.raises(SystemExit):
         cw.main(["--spec", "x", "--seconds", "0", "--out", "/tmp/unused"])
+
+
+def test_stamp_buffer_is_read_in_the_kernels_layout():
+    """Stamped.read / .sms against a stand-in driver holding a buffer laid out as wgmma.cu writes
+    it: cudal2_timeline[(cta * TL_EVENTS + event) * 2 + {0: globaltimer, 1: clock64}]."""
+    import array
+    import ctypes
+
+    n_ev = len(ct.EVENTS)
+    stamps = array.array("Q", [0] * (ct.MAX_CTAS * n_ev * 2))
+    for cta in range(3):
+        for ev in range(n_ev):
+            stamps[(cta * n_ev + ev) * 2] = 1_000_000 * (cta + 1) + 100 * ev
+            stamps[(cta * n_ev + ev) * 2 + 1] = 7 * ev + cta
+    sms = array.array("I", [0] * ct.MAX_CTAS)
+    sms[0:3] = array.array("I", [5, 77, 131])
+    bufs = {b"cudal2_timeline": stamps, b"cudal2_timeline_sm": sms}
+    ok = object()
+
+    class Drv:
+        def cuModuleGetGlobal(self, module, name):
+            b = bufs[name]
+            return ok, b.buffer_info()[0], len(b) * b.itemsize
+
+        def cuMemcpyDtoH(self, dst, src, n):
+            ctypes.memmove(dst, src, n)
+            return (ok,)
+
+    st = ct.Stamped.__new__(ct.Stamped)
+    st.kernel = type("K", (), {"module": None})()
+    st._d, st._check = Drv(), lambda res, what: res[1:] if len(res) > 2 else None
+    st.ptr, st.nbytes = st._global(b"cudal2_timeline")
+    st.sm_ptr, st.sm_bytes = st._global(b"cudal2_timeline_sm")
+    raw = st.read(3)
+    assert raw[1][0] == (2_000_000, 1) and raw[2][7] == (3_000_700, 51)
+    assert st.sms(3) == [5, 77, 131]
+    assert ct.summarize(raw)["events"]["exit"]["median_us"] == pytest.approx(0.7)
