@@ -188,3 +188,54 @@ def test_stamp_buffer_is_read_in_the_kernels_layout():
     assert raw[1][0] == (2_000_000, 1) and raw[2][7] == (3_000_700, 51)
     assert st.sms(3) == [5, 77, 131]
     assert ct.summarize(raw)["events"]["exit"]["median_us"] == pytest.approx(0.7)
+
+
+# ---- on the card ---------------------------------------------------------------------------------
+# The reduction experiments must pass the full checker and stay bit-identical run to run (the sum
+# order is unchanged: slice 0..SPLIT_K-1) before any of them may become the filed code.
+# (VPS, the float4 groups each slice sums, is 4, 2 and 8: RED_CHUNK 2 and 64 both change the code.)
+VARIANT_SPECS = ("backend=cuda family=wgmma bm=64 bn=128 bk=64 warps=8 stages=8 group_m=8 split_k=4 subtile=1 warp_spec=1 cluster=1",
+                 "backend=cuda family=wgmma bm=64 bn=64 bk=64 warps=4 stages=3 group_m=8 split_k=4 subtile=1 warp_spec=0 cluster=1",
+                 "backend=cuda family=wgmma bm=128 bn=128 bk=64 warps=12 stages=5 group_m=8 split_k=2 subtile=1 warp_spec=1 cluster=1")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("defines", [{"RED_CHUNK": 64}, {"EXIT_RELAXED": 1}, {"RED_CHUNK": 2, "EXIT_RELAXED": 1}])
+@pytest.mark.parametrize("text", VARIANT_SPECS)
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_reduction_variants_pass_the_checker_and_are_deterministic(gpu_device, layout, text, defines):
+    import torch
+    from cudal2.check import check_kernel, make_inputs
+    from cudal2.problems import Problem
+    p = Problem(100, 1000, 3000, layout)                 # off every tile grid, K split unevenly
+    spec = KernelSpec.parse(text)
+    kernel = ct.build_variant(spec, p, gpu_device, ct.prefix(defines))
+    report = check_kernel(kernel, p, "cuda")
+    assert report.passed, "\n".join(r.line() for r in report.results)
+    filed = ct.build_variant(spec, p, gpu_device, "")
+    a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(5))
+    outs = []
+    for k in (kernel, kernel, filed):
+        c = torch.full((p.M, p.N), float("nan"), dtype=torch.float16, device="cuda")
+        k(a, b, c)
+        outs.append(c)
+    torch.cuda.synchronize()
+    # bit-identical run to run, and to the filed kernel: the same sums in the same order
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
+@pytest.mark.gpu
+def test_stamped_launch_reads_back_in_event_order(gpu_device, tmp_path):
+    """One case end to end on the card: every CTA stamps entry <= ready <= first data <= MMAs done
+    <= exit, the span fits inside the CUDA-event time of the launch, the SM clock is a clock."""
+    res = ct.run_case("256x1000x3000:nt", VARIANT_SPECS[1], {"RED_CHUNK": 64}, [0, 20], 2, gpu_device)
+    assert "error" not in res, res.get("error")
+    assert set(res["offline_us"]) == {"filed", "stamped", "variant"}
+    for run in res["runs"]:
+        for cta in run["stamps"]:
+            t = [cta[i][0] for i in (0, 1, 3, 4, 7)]        # entry, ready, full, mma, exit
+            assert all(t) and t == sorted(t)
+        s = run["summary"]
+        assert s["ctas"] == res["grid_ctas"]
+        assert s["span_us"] <= s["event_us"] + 1.0          # globaltimer and events: ~1 µs apart at most
+        assert 500 < s["sm_mhz_median"] < 3000
