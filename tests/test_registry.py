@@ -237,6 +237,25 @@ def test_record_winner(tmp_path):
     assert record_cublas(tmp_path, "512x512x512", DEV, {"torch": 1.0}) is None   # never over a winner
 
 
+
+def test_a_filing_reads_the_index_once_and_a_kept_entry_writes_nothing(tmp_path, monkeypatch):
+    """record_winner / record_cublas decide under add()'s lock on its one read of the index (each
+    read of a 1,879-entry index costs ~0.15 s); an entry they keep leaves every file as it was."""
+    m = {"spec": TILED, "problem": "512x512x512", "device": DEV, "status": "ok", "time_us": 8.0,
+         "best_cublas_us": 10.0, "baselines_us": {"torch": 11.0, "cublas-nn": 10.0}, "check": {"passed": True}}
+    record_winner(tmp_path, m, src("w"))
+    from pathlib import Path
+    reads, real = [], Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (reads.append(1) if self.name == "index.json"
+                                                                  else None) or real(self, *a, **k))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert record_winner(tmp_path, {**m, "time_us": 9.0}, src("slower")) is None
+    assert record_cublas(tmp_path, "512x512x512", DEV, {"torch": 1.0}) is None
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before and len(reads) == 2
+    assert record_winner(tmp_path, {**m, "time_us": 7.0}, src("faster")).time_us == 7.0 and len(reads) == 3
+    assert Registry.load(tmp_path).read_source(Registry.load(tmp_path).lookup(Problem(512, 512, 512), DEV)) == src("faster")
+
+
 def test_record_winner_margin(tmp_path):
     """A win smaller than the filing margin files cuBLAS (keeping the kernel's time for the record);
     the comparison is exact at the edge: 9.9 us * 1.01 = 9.999 < 10 files the kernel."""
