@@ -157,3 +157,33 @@ def test_cost_seeds_follow_the_model(stub_rows, tmp_path):
     assert math.exp(sum(map(math.log, ratios)) / len(ratios)) <= 0.85
     with pytest.raises(ValueError, match="cost model"):
         seed_specs(4, p, HOPPER, kind="cost")
+
+
+
+# random_valid's lists as the code before its fast form drew them (fc2314b: a KernelSpec per draw,
+# every rule listed by violations): (shape, arch, backends, n) -> (specs, sha256 of their texts, one
+# a line, first 16 hex digits). Shapes where most draws are invalid (a family runs out of its tries)
+# included, so the rejection path and the rng's sequence past it are held too.
+DRAWN_BEFORE = [
+    ((4096, 4096, 4096), "sm_90a", None, 512, 359, "8a70248a4694f9aa"),
+    ((4096, 4096, 4096), "sm_80", ("cuda",), 160, 53, "0519d3271cd611e9"),
+    ((64, 12288, 12288, "nt"), "sm_90a", None, 512, 512, "5fe4a237a1c2b066"),
+    ((64, 12288, 12288, "nt"), "sm_90a", ("triton",), 96, 96, "ea0a4385bbd4d696"),
+    ((128, 64, 256, "nt"), "sm_90a", ("cuda",), 160, 160, "abb4ab3b70ea046d"),
+    ((128, 64, 256, "nt"), "sm_80", None, 512, 308, "a7c0f1eba642aa76"),
+    ((100, 17, 1000), "sm_90a", None, 512, 308, "fd0cccdfe3f7b3af"),
+    ((1, 4096, 4096, "nt"), "sm_90a", None, 512, 512, "a6c65af73cea74cc"),
+    ((3000, 1000, 17), "sm_90a", None, 512, 205, "9aed5ada45036793"),
+    ((8192, 128, 16384), "sm_90a", ("cuda",), 160, 75, "60394c1b7fa9ad4f"),
+]
+
+
+@pytest.mark.parametrize("shape,arch,backends,n,count,digest", DRAWN_BEFORE)
+def test_random_valid_draws_what_it_drew_before_its_fast_form(shape, arch, backends, n, count, digest):
+    """The same specs in the same order as before the dict draws and the early-exit is_valid: every
+    cost seed of every shape depends on this list. A grammar change (CHOICES, PINNED, a rule) moves
+    it legitimately: then recompute the table, and expect the cost seeds to change with it."""
+    import hashlib
+    got = [s.text for s in random_valid(Problem(*shape), DeviceInfo.target(arch), n, backends)]
+    assert len(set(got)) == len(got) == count
+    assert hashlib.sha256("\n".join(got).encode()).hexdigest()[:16] == digest

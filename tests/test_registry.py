@@ -80,6 +80,46 @@ def test_atomic_index_write(tmp_path, monkeypatch):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]   # temp file cleaned up
 
 
+
+def _reference_json(reg):
+    """The index text as json.dumps writes it, from deep-copied entries (to_json's first form)."""
+    devices = {}
+    for (dev, ptext), raw in reg._raw_bad.items():
+        devices.setdefault(dev, {}).setdefault("entries", {})[ptext] = raw
+    for dev, ents in reg.entries.items():
+        devices.setdefault(dev, {}).setdefault("entries", {}).update({p: e.to_dict() for p, e in ents.items()})
+    devices = {d: {"entries": dict(sorted(v["entries"].items()))} for d, v in sorted(devices.items())}
+    return json.dumps({"format": "cudal2-registry", "version": 1, "devices": devices}, indent=1) + "\n"
+
+
+def test_index_text_is_what_json_dumps_writes(tmp_path):
+    """to_json lays out the index itself and caches each entry's text (rewriting a registry of
+    1,879 entries cost ~0.6 s per filing): the text must stay json.dumps(indent=1)'s, byte for byte,
+    here for entries of every kind, two devices, a refused entry kept verbatim, odd values (non-ASCII,
+    floats, empty and nested containers), after changes (cache hits beside misses); and for the
+    shipped registry, whose index.json was written by the first form."""
+    reg = Registry.load(tmp_path)
+    reg.add(entry("256x512x128:nt", MMA), "// cuda " + src("a"))
+    reg.add(entry("64x64x64", None, t=5.0, best=5.0), None)
+    odd = entry("128x128x128")
+    odd.versions = {"note": "ünïcode \"quoted\"\nline", "empty": {}, "list": [], "nested": {"a": [1, 2.5e-07, None]}}
+    odd.run_id, odd.times = 7, {"offline": {"median_us": 1 / 3, "n": 10**20}}
+    reg.add(odd, src("odd"))
+    other = entry("64x64x64")
+    other.device = "a100-sm80"
+    reg.add(other, src("b"))
+    data = json.loads((tmp_path / "index.json").read_text())
+    data["devices"][DEV]["entries"]["32x32x32:nn"] = {"problem": "32x32x32:nn", "device": DEV, "backend": "nope"}
+    (tmp_path / "index.json").write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match="refusing"):
+        reg = Registry.load(tmp_path)
+    for _ in range(2):
+        assert reg.to_json() == _reference_json(reg)
+        reg.entries[DEV]["64x64x64:nn"].time_us = 4.5
+    shipped = Registry.load(shipped_root())
+    assert shipped.to_json() == (shipped_root() / "index.json").read_text() == _reference_json(shipped)
+
+
 def test_tampered_and_missing_sources_are_refused(tmp_path):
     reg = Registry.load(tmp_path)
     e1 = reg.add(entry("128x128x128"), src("one"))
@@ -195,6 +235,25 @@ def test_record_winner(tmp_path):
     c = record_cublas(tmp_path, "100x100x100:nt", DEV, {"torch": 6.0, "cublas-tn": 5.0})
     assert c.backend == "cublas" and c.best_cublas == "cublas-tn" and c.time_us == 5.0
     assert record_cublas(tmp_path, "512x512x512", DEV, {"torch": 1.0}) is None   # never over a winner
+
+
+
+def test_a_filing_reads_the_index_once_and_a_kept_entry_writes_nothing(tmp_path, monkeypatch):
+    """record_winner / record_cublas decide under add()'s lock on its one read of the index (each
+    read of a 1,879-entry index costs ~0.15 s); an entry they keep leaves every file as it was."""
+    m = {"spec": TILED, "problem": "512x512x512", "device": DEV, "status": "ok", "time_us": 8.0,
+         "best_cublas_us": 10.0, "baselines_us": {"torch": 11.0, "cublas-nn": 10.0}, "check": {"passed": True}}
+    record_winner(tmp_path, m, src("w"))
+    from pathlib import Path
+    reads, real = [], Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (reads.append(1) if self.name == "index.json"
+                                                                  else None) or real(self, *a, **k))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert record_winner(tmp_path, {**m, "time_us": 9.0}, src("slower")) is None
+    assert record_cublas(tmp_path, "512x512x512", DEV, {"torch": 1.0}) is None
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before and len(reads) == 2
+    assert record_winner(tmp_path, {**m, "time_us": 7.0}, src("faster")).time_us == 7.0 and len(reads) == 3
+    assert Registry.load(tmp_path).read_source(Registry.load(tmp_path).lookup(Problem(512, 512, 512), DEV)) == src("faster")
 
 
 def test_record_winner_margin(tmp_path):

@@ -158,3 +158,20 @@ def test_incremental_mask_equals_the_reference_mask():
 def test_valid_values_refuses_a_prefix_out_of_order():
     with pytest.raises(ValueError, match="not the first 1"):
         valid_values({"family": "wgmma"}, "family", Problem(64, 64, 64), H)
+
+
+def test_is_valid_is_not_violations():
+    """is_valid stops at the first broken rule: the same verdict as listing them all, on random full
+    specs (valid ones from the mask too) given as KernelSpec or as a dict, over odd and LLM shapes."""
+    rng = random.Random(3)
+    shapes = [(1, 4096, 4096), (7, 100, 1000), (100, 17, 1000), (4096, 4096, 4096), (64, 16384, 512),
+              (12288, 128, 16384), (3000, 1000, 17)]
+    seen = set()
+    for i in range(3000):
+        p = Problem(*rng.choice(shapes), rng.choice(["nn", "nt"]))
+        d = rng.choice((H, DeviceInfo.target("sm_80")))
+        spec = _sample(p, rng) if i % 10 == 0 else KernelSpec(**{f: rng.choice(CHOICES[f]) for f in FIELDS})
+        want = not violations(spec, p, d)
+        assert is_valid(spec, p, d) == want and is_valid(spec.to_dict(), p, d) == want, (spec.text, p, d.key)
+        seen.add(want)
+    assert seen == {True, False}

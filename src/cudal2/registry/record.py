@@ -57,11 +57,10 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
         entry.times = {**entry.times, "best_kernel_us": t, "best_kernel_spec": spec.text}
         entry.lt_algo = lt_algo
         entry.dispatch = _choice(repeats, baselines, cublas_margin)
-    reg = Registry.load(registry_path, create=True)
-    old = reg.lookup(Problem.parse(problem), device_key)
-    if old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0) and not _upgrades(old, entry):
-        return None
-    return reg.add(entry, source_text if wins else None)
+    def keep(old):
+        return old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0) \
+            and not _upgrades(old, entry)
+    return Registry.load(registry_path, create=True, read=False).add(entry, source_text if wins else None, keep)
 
 
 def record_cublas(registry_path, problem: str | Problem, device_key: str, baselines_us: dict,
@@ -75,16 +74,14 @@ def record_cublas(registry_path, problem: str | Problem, device_key: str, baseli
     if not baselines_us:
         raise RegistryError(f"{device_key}/{p}: record_cublas needs the measured baseline times")
     name = min(baselines_us, key=baselines_us.get)
-    reg = Registry.load(registry_path, create=True)
-    old = reg.lookup(p, device_key)
-    dispatch = _choice(repeats, baselines_us, cublas_margin)
-    if old is not None and not force and not (old.backend == "cublas" and old.dispatch is None):
-        return None
     e = Entry(problem=p.text, device=device_key, backend="cublas", time_us=baselines_us[name],
               best_cublas_us=baselines_us[name], best_cublas=name, baselines_us=dict(baselines_us),
               versions=dict(versions or {}), lt_algo=lt_algo, baselines=list(baselines or []),
-              dispatch=dispatch)
-    return reg.add(e, None)
+              dispatch=_choice(repeats, baselines_us, cublas_margin))
+
+    def keep(old):
+        return old is not None and not force and not (old.backend == "cublas" and old.dispatch is None)
+    return Registry.load(registry_path, create=True, read=False).add(e, None, keep)
 
 
 def _upgrades(old: Entry, new: Entry) -> bool:
