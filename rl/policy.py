@@ -4,7 +4,7 @@ Input sequence: [context embedding, tok_0, ..., tok_{i-1}] -> logits for field F
 context embedding is a small MLP over rl.features.context_vector (problem + device), fed through
 `inputs_embeds` as the first position and added to every token's embedding, so one network serves
 every shape and card. At each step the logits of tokens
-whose values `cudal2.spec.valid_values` rejects are -inf: sampling can never reach a dead end,
+whose values `cudal2.spec_mask.valid_values` rejects are -inf: sampling can never reach a dead end,
 so every sample passes `validate` (the mask is exact, not a penalty learnt after the fact).
 
 Every policy (this one, the uniform baseline, the HF-LM stand-in) speaks the same small interface:
@@ -22,7 +22,8 @@ from torch import nn
 
 from cudal2.device import DeviceInfo
 from cudal2.problems import Problem
-from cudal2.spec import FIELDS, KernelSpec, valid_values
+from cudal2.spec import FIELDS, KernelSpec
+from cudal2.spec_mask import valid_values
 
 from .features import N_FEATURES, context_vector
 from .vocab import VOCAB, remap_vocab_tensors, rows_from

@@ -2,7 +2,7 @@
 
 A spec is exactly len(FIELDS) tokens in FIELDS order (its canonical text split on spaces), so
 token position i always carries field FIELDS[i]; the mask at step i is the set of that field's
-tokens whose values `cudal2.spec.valid_values` allows. The context (problem + device) is not
+tokens whose values `cudal2.spec_mask.valid_values` allows. The context (problem + device) is not
 tokenised: it enters as one continuous embedding in front of the spec (see policy.py).
 """
 from __future__ import annotations

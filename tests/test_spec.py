@@ -5,8 +5,8 @@ import pytest
 
 from cudal2.device import DeviceInfo
 from cudal2.problems import Problem
-from cudal2.spec import (CHOICES, FIELDS, KernelSpec, SpecError, default_spec, enumerate_valid,
-                         is_valid, valid_values, validate, violations)
+from cudal2.spec import CHOICES, FIELDS, KernelSpec, SpecError, default_spec, is_valid, validate, violations
+from cudal2.spec_mask import enumerate_valid, valid_values
 
 H = DeviceInfo.target("sm_90a")
 
@@ -115,7 +115,7 @@ def test_choices_cover_every_field():
 
 
 def test_no_rule_depends_on_a_field_it_does_not_need():
-    """The mask's incremental form (spec._rules_at) runs a rule only when a field it `needs` is chosen
+    """The mask's incremental form (spec_mask._rules_at) runs a rule only when a field it `needs` is chosen
     (and an _any_schedule rule again at warp_spec): sound only if no rule's verdict depends on another
     field. Checked by perturbation (rules also read fields through KernelSpec(**s), which no
     tracking dict sees): random full specs, valid or not, over odd and LLM shapes in both layouts;
@@ -139,8 +139,8 @@ def test_no_rule_depends_on_a_field_it_does_not_need():
 
 def test_incremental_mask_equals_the_reference_mask():
     """valid_values (only the rules a field can change, per node) against the reference form that
-    re-applies every rule at every node (spec._completable), on random prefixes of random problems."""
-    from cudal2.spec import _completable
+    re-applies every rule at every node (spec_mask._completable), on random prefixes of random problems."""
+    from cudal2.spec_mask import _completable
     rng = random.Random(2)
     sizes = [1, 3, 17, 64, 100, 1000, 4096, 12288]
     for _ in range(60):

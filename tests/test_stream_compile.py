@@ -14,8 +14,8 @@ import pytest
 from cudal2.backends import cuda as cuda_mod
 from cudal2.backends.cuda_stream import ENTRY_A, ENTRY_B, plan
 from cudal2.problems import Problem
-from cudal2.spec import (KernelSpec, SpecError, default_spec, is_valid, stream_smem, valid_values,
-                         validate)
+from cudal2.spec import KernelSpec, SpecError, default_spec, is_valid, stream_smem, validate
+from cudal2.spec_mask import valid_values
 
 HERE = Path(__file__).resolve().parent
 

@@ -2,7 +2,8 @@
 
 The backends render a spec into source, the policy samples specs field by field with invalid
 values masked out, and the store and registry key rows by the spec's canonical text. All of them
-use the rules in this file, so "valid" means one thing everywhere.
+use the rules in this file (the stream family's in spec_stream.py; the mask that samples by them
+in spec_mask.py), so "valid" means one thing everywhere.
 
 Canonical text: every field as `key=value`, space separated, in FIELDS order, e.g.
   backend=triton family=tiled bm=128 bn=128 bk=64 warps=8 stages=4 group_m=8 split_k=1 subtile=1 warp_spec=0 cluster=1
@@ -28,12 +29,14 @@ subtile, warp_spec, cluster are pinned.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, fields, replace
-from typing import Callable, Iterable
+from typing import Callable
 
 from .device import DeviceInfo
 from .problems import Problem
+# The stream family's own rules and sizes (re-exported: the stream backend and the tests read them here).
+from .spec_stream import (STREAM_BM, STREAM_MAX_ACC, STREAM_MAX_BN, STREAM_MAX_SMALL,  # noqa: F401
+                          STREAM_MAX_STAGES, STREAM_RULES, stream_smem)
 
 FAMILIES = {"triton": ("tiled", "persistent"), "cuda": ("mma", "wgmma", "stream")}
 
@@ -486,74 +489,6 @@ RULES: list[Rule] = [
 ]
 
 
-# ---- the stream family (decode / skinny: min(M, N) <= 64; kernels_cuda/stream.cu) ------------------
-# Field mapping: bm = rows of the large dimension per CTA (16-row MMA blocks), bn = tokens of the
-# small dimension per CTA (8-column MMA blocks; more tokens take more CTAs along it), warps = K split
-# inside the CTA, stages = 32-k chunks each warp keeps in flight (nn with B large: the depth of each
-# warp's cp.async ring), split_k = K split across CTAs (reduced in the kernel, fixed order). bk is
-# the 32-k chunk and group_m, subtile, warp_spec, cluster are unused: pinned.
-STREAM_MAX_SMALL = 64
-STREAM_BM = (16, 32, 64, 128)
-STREAM_MAX_BN = 64
-STREAM_MAX_STAGES = 8
-# fp32 accumulators per thread (bm*bn/32: every warp holds the whole CTA tile, the warps split K):
-# up to 64 ptxas (NVRTC 13, sm_90a) compiled every spec tried in 48-229 registers without spilling
-# (tests/test_stream_compile.py); the ring is in shared memory, so stages add no registers.
-STREAM_MAX_ACC = 64
-
-
-def stream_smem(s, layout: str) -> int:
-    """Dynamic smem of a stream kernel: the larger of its cp.async ring and the warps' fp32
-    partials (reduced through the same smem after the loop). The ring holds `stages` chunks of
-    32 k per thread as 16-byte pieces: 2 per 16 rows of the large operand and 1 per 8 tokens of
-    the small one (nn with B large: a per-warp [32 k][bm] slot plus the pieces: the same bytes;
-    nn with A large reads the small B [K, N] element-wise and leaves its pieces unused)."""
-    w, bm, bn, st = s["warps"], s["bm"], s["bn"], s["stages"]
-    pieces = 2 * (bm // 16) + bn // 8
-    return max(w * bm * bn * 4, w * 32 * st * pieces * 16)
-
-
-def _stream_problem(s, p, d):
-    if s["family"] != "stream":
-        return None
-    if min(p.M, p.N) > STREAM_MAX_SMALL:
-        return f"family=stream serves min(M, N) <= {STREAM_MAX_SMALL} (decode / skinny), got M={p.M} N={p.N}"
-    if p.K % 8:
-        return f"family=stream loads 16 bytes of K at a time: K % 8 == 0, got K={p.K}"
-    if p.layout == "nn" and p.M <= p.N and p.N % 8:
-        return f"family=stream with layout nn and M <= N streams B by 16-byte rows: N % 8 == 0, got N={p.N}"
-
-
-def _stream_bm(s, p, d):
-    if s["family"] == "stream" and s["bm"] not in STREAM_BM:
-        return f"family=stream takes bm in {STREAM_BM} (rows of the large operand per CTA), got {s['bm']}"
-
-
-def _stream_bn(s, p, d):
-    if s["family"] == "stream" and s["bn"] > STREAM_MAX_BN:
-        return f"family=stream takes bn <= {STREAM_MAX_BN} (tokens of the small operand per CTA), got {s['bn']}"
-
-
-def _stream_stages(s, p, d):
-    if s["family"] == "stream" and s["stages"] > STREAM_MAX_STAGES:
-        return f"family=stream takes stages <= {STREAM_MAX_STAGES} (32-k chunks in flight per warp), got {s['stages']}"
-
-
-def _stream_acc(s, p, d):
-    acc = s["bm"] * s["bn"] // 32
-    if s["family"] == "stream" and acc > STREAM_MAX_ACC:
-        return (f"tile {s['bm']}x{s['bn']} needs {acc} fp32 accumulator registers per thread (each warp holds "
-                f"the whole tile; limit {STREAM_MAX_ACC}): a smaller bm or bn")
-
-
-def _stream_smem(s, p, d):
-    if s["family"] == "stream":
-        need = stream_smem(s, p.layout) + 128        # + the static smem ptxas reports (flag, aligned)
-        if need > d.smem_per_block:
-            return (f"stages={s['stages']} warps={s['warps']} with tile {s['bm']}x{s['bn']} needs {need} B of "
-                    f"shared memory ({p.layout}); the device allows {d.smem_per_block} B per block")
-
-
 def _add_rules(rules: list) -> None:
     """Insert each rule after the last one of its field or an earlier field (RULES runs in FIELDS
     order, so `validate` names the earliest field at fault)."""
@@ -563,14 +498,8 @@ def _add_rules(rules: list) -> None:
         RULES.insert(pos + 1, rule)
 
 
-_add_rules([
-    ("family", ("family",), _stream_problem),
-    ("bm", ("family", "bm"), _stream_bm),
-    ("bn", ("family", "bn"), _stream_bn),
-    ("bn", ("family", "bm", "bn"), _stream_acc),
+_add_rules(STREAM_RULES + [
     ("bk", ("family", "bk"), _pinned("bk")),
-    ("stages", ("family", "stages"), _stream_stages),
-    ("stages", ("family", "bm", "bn", "warps", "stages"), _stream_smem),
     ("group_m", ("family", "group_m"), _pinned("group_m")),
 ])
 
@@ -601,104 +530,6 @@ def is_valid(spec: KernelSpec | dict, problem: Problem, device: DeviceInfo) -> b
     ~93% invalid and most fail one of the tile rules, so checking the rest after it was wasted."""
     s = spec.to_dict() if isinstance(spec, KernelSpec) else spec
     return not any(check(s, problem, device) for _field, _needs, check in RULES)
-
-
-# ---- masking for field-by-field sampling -----------------------------------------------------------
-def _prefix_ok(s: dict, problem: Problem, device: DeviceInfo) -> bool:
-    """Apply every rule whose fields are all chosen in the partial spec `s`."""
-    full = {**_DEFAULTS, "warp_spec": None, **s}     # see _any_schedule
-    for _field, needs, check in RULES:
-        if all(n in s for n in needs) and check(full, problem, device):
-            return False
-    return True
-
-
-def _completable(s: dict, order: tuple[str, ...], problem: Problem, device: DeviceInfo) -> bool:
-    """The reference form of the mask (every rule re-applied at every node); valid_values runs the
-    incremental form below, and tests/test_spec.py holds the two equal."""
-    if not _prefix_ok(s, problem, device):
-        return False
-    if len(s) == len(order):
-        return True
-    nxt = order[len(s)]
-    return any(_completable({**s, nxt: v}, order, problem, device) for v in CHOICES[nxt])
-
-
-@functools.lru_cache(maxsize=None)
-def _rules_at(order: tuple[str, ...], depth: int) -> tuple:
-    """The checks that can change verdict when order[depth] is chosen after order[:depth]: those
-    that become applicable there (the field is in their `needs`, the rest already chosen) and, at
-    warp_spec, the `_any_schedule` rules already applicable (they read it before it is chosen).
-    Sound because a rule's verdict depends only on its `needs` (and warp_spec for an `_any_schedule`
-    rule): tests/test_spec.py checks that contract for every rule."""
-    chosen, f = set(order[:depth + 1]), order[depth]
-    return tuple(check for _field, needs, check in RULES
-                 if set(needs) <= chosen and (f in needs or (f == "warp_spec" and getattr(check, "reads_schedule", False))))
-
-
-def _extends(full: dict, depth: int, order: tuple[str, ...], problem: Problem, device: DeviceInfo) -> bool:
-    """Whether `full` (order[:depth] chosen, every rule applicable so far passed; unchosen fields at
-    their defaults, warp_spec None) extends to a valid spec. Only the rules a field can change are
-    run at each node (_rules_at): 2026-12-04, a CPU replay of 20 grid nt shapes spent 1.3 s per
-    shape in the mask re-running all 29 rules at every node."""
-    if depth == len(order):
-        return True
-    f = order[depth]
-    checks = _rules_at(order, depth)
-    before = full[f]
-    try:
-        for v in CHOICES[f]:
-            full[f] = v
-            if not any(check(full, problem, device) for check in checks) and \
-                    _extends(full, depth + 1, order, problem, device):
-                return True
-        return False
-    finally:
-        full[f] = before
-
-
-def valid_values(prefix: dict, field: str, problem: Problem, device: DeviceInfo,
-                 order: tuple[str, ...] = FIELDS) -> list:
-    """Values of `field` (the next field in `order` after `prefix`) that some valid spec extends.
-
-    This is the policy's action mask: sampling only from these can never reach a dead end, so every
-    sampled spec passes `validate`.
-    """
-    n = len(prefix)
-    if set(prefix) != set(order[:n]):
-        raise ValueError(f"prefix fields {list(prefix)} are not the first {n} of {list(order)}")
-    if order[n] != field:
-        raise ValueError(f"next field after {list(prefix)} is {order[n]}, not {field}")
-    if not _prefix_ok(prefix, problem, device):
-        return []
-    full = {**_DEFAULTS, "warp_spec": None, **prefix}     # as _prefix_ok builds it
-    checks = _rules_at(order, n)
-    out = []
-    for v in CHOICES[field]:
-        full[field] = v
-        if not any(check(full, problem, device) for check in checks) and _extends(full, n + 1, order, problem, device):
-            out.append(v)
-    return out
-
-
-def enumerate_valid(problem: Problem, device: DeviceInfo, backend: str | None = None,
-                    family: str | None = None) -> Iterable[KernelSpec]:
-    """Every valid spec (optionally of one backend/family), in FIELDS order."""
-    def rec(s):
-        if not _prefix_ok(s, problem, device):
-            return
-        if len(s) == len(FIELDS):
-            yield KernelSpec(**s)
-            return
-        nxt = FIELDS[len(s)]
-        vals = CHOICES[nxt]
-        if nxt == "backend" and backend:
-            vals = (backend,)
-        if nxt == "family" and family:
-            vals = (family,)
-        for v in vals:
-            yield from rec({**s, nxt: v})
-    yield from rec({})
 
 
 # ---- defaults --------------------------------------------------------------------------------------
