@@ -503,7 +503,8 @@ _add_rules(STREAM_RULES + [
     ("group_m", ("family", "group_m"), _pinned("group_m")),
 ])
 
-_DEFAULTS = {f.name: f.default for f in fields(KernelSpec)}
+# Every field at its default: the mask (spec_mask.py) completes a partial spec with these.
+DEFAULTS = {f.name: f.default for f in fields(KernelSpec)}
 
 
 def violations(spec: KernelSpec | dict, problem: Problem, device: DeviceInfo) -> list[tuple[str, str]]:

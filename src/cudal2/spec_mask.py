@@ -8,12 +8,12 @@ from typing import Iterable
 
 from .device import DeviceInfo
 from .problems import Problem
-from .spec import _DEFAULTS, CHOICES, FIELDS, RULES, KernelSpec
+from .spec import CHOICES, DEFAULTS, FIELDS, RULES, KernelSpec
 
 
 def _prefix_ok(s: dict, problem: Problem, device: DeviceInfo) -> bool:
     """Apply every rule whose fields are all chosen in the partial spec `s`."""
-    full = {**_DEFAULTS, "warp_spec": None, **s}     # see _any_schedule
+    full = {**DEFAULTS, "warp_spec": None, **s}     # see _any_schedule
     for _field, needs, check in RULES:
         if all(n in s for n in needs) and check(full, problem, device):
             return False
@@ -78,7 +78,7 @@ def valid_values(prefix: dict, field: str, problem: Problem, device: DeviceInfo,
         raise ValueError(f"next field after {list(prefix)} is {order[n]}, not {field}")
     if not _prefix_ok(prefix, problem, device):
         return []
-    full = {**_DEFAULTS, "warp_spec": None, **prefix}     # as _prefix_ok builds it
+    full = {**DEFAULTS, "warp_spec": None, **prefix}     # as _prefix_ok builds it
     checks = _rules_at(order, n)
     out = []
     for v in CHOICES[field]:
