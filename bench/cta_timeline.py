@@ -134,18 +134,19 @@ class Stamped:
     def clear(self) -> None:
         self._check(self._d.cuMemsetD8(self.ptr, 0, self.nbytes), "cuMemsetD8")
 
-    def read(self, ctas: int) -> list[list[tuple[int, int]]]:
+    def _fetch(self, typecode: str, ptr: int, nbytes: int):
+        """The device global at `ptr` copied back as an array of `typecode` items."""
         import array
-        buf = array.array("Q", bytes(self.nbytes))
-        self._check(self._d.cuMemcpyDtoH(buf.buffer_info()[0], self.ptr, self.nbytes), "cuMemcpyDtoH")
-        n = len(EVENTS)
+        buf = array.array(typecode, bytes(nbytes))
+        self._check(self._d.cuMemcpyDtoH(buf.buffer_info()[0], ptr, nbytes), "cuMemcpyDtoH")
+        return buf
+
+    def read(self, ctas: int) -> list[list[tuple[int, int]]]:
+        buf, n = self._fetch("Q", self.ptr, self.nbytes), len(EVENTS)
         return [[(buf[(c * n + e) * 2], buf[(c * n + e) * 2 + 1]) for e in range(n)] for c in range(ctas)]
 
     def sms(self, ctas: int) -> list[int]:
-        import array
-        buf = array.array("I", bytes(self.sm_bytes))
-        self._check(self._d.cuMemcpyDtoH(buf.buffer_info()[0], self.sm_ptr, self.sm_bytes), "cuMemcpyDtoH")
-        return list(buf[:ctas])
+        return list(self._fetch("I", self.sm_ptr, self.sm_bytes)[:ctas])
 
 
 def run_case(shape: str, spec_text: str, defines: dict[str, int], befores: list[int], repeat: int, dev) -> dict:
