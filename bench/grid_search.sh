@@ -88,7 +88,7 @@ cap=${4:-300}
 # SEEDS cost:N ranks each shape's pool with the learned cost model (issue 21): the committed one
 # unless COST_MODEL names another `cudal2 train` checkpoint.
 costopt=()
-case "$seeds" in cost:*) costopt=(--cost-model "${COST_MODEL:-bench/results/h200-sm90/costmodel/cost_h200_59bcd57.pt}") ;; esac
+case "$seeds" in cost:*) costopt=(--cost-model "${COST_MODEL:-bench/results/h200-sm90/costmodel/cost_h200_2859efc.pt}") ;; esac
 # One set's search: its shapes, layout, stride (coprime to the set's size) and extra flags. All sets
 # share one store and one registry: the store's search log is keyed by shape and layout, so --resume
 # skips what any earlier call finished, whichever set it was in.

@@ -83,6 +83,33 @@ def test_train_reports_held_out_figures_and_saves_the_validated_model(model_path
     assert f"top1 {v['cost model']['top1']:.3f}" in line
 
 
+def test_costmodel_compare_scores_models_on_shapes_none_trained_on(model_path, stub_store, tmp_path, capsys):
+    """bench/costmodel_compare.py reproduces train's own held-out figure for the model, and drops a
+    shape from the comparison as soon as any compared model trained on it."""
+    import importlib.util
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("costmodel_compare", root / "bench" / "costmodel_compare.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out, _ = model_path
+    v = CostModel.load(out).info["validation"]["cost model"]
+    held = ",".join(p.text for p in HELD)
+    assert mod.main(["--store", str(stub_store), "--device", "sm90a", "--model", str(out), "--model", str(out),
+                     "--holdout-shapes", held, "--out", str(tmp_path / "a.json")]) == 0
+    figs = json.loads((tmp_path / "a.json").read_text())["figures"]
+    a, b = figs["all"]["cost.pt"], v
+    assert a["shapes"] == 6 and a["top1"] == pytest.approx(b["top1"]) and a["rho"] == pytest.approx(b["rho"])
+    assert sum(figs[k]["cost.pt"]["shapes"] for k in ("nn", "nt")) == 6
+    assert "| all | 6 | " in capsys.readouterr().out
+    # Hold out a training shape as well: the model trained on it, so it is not compared.
+    both = held + "," + TRAIN[0].text
+    assert mod.main(["--store", str(stub_store), "--device", "sm90a", "--model", str(out),
+                     "--holdout-shapes", both, "--out", str(tmp_path / "b.json")]) == 0
+    assert json.loads((tmp_path / "b.json").read_text())["figures"]["all"]["cost.pt"]["shapes"] == 6
+
+
 def test_train_errors_are_one_line(stub_store, tmp_path):
     out = tmp_path / "m.pt"
     assert "no such file" in one_line_error(run("train", "--store", tmp_path / "nope.db", "--out", out))
