@@ -23,17 +23,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-CLASSES = ("small", "skinny", "starved", "shortK", "mid", "large")
+from cudal2.stats import SHAPE_CLASSES as CLASSES, shape_class   # the package's copy of ../shared/classes.py
 
 
-def _shape_class():
-    here = Path(__file__).resolve()
-    for p in (here.parents[2] / "shared", here.parents[1] / "shared"):
-        if (p / "classes.py").exists():
-            sys.path.insert(0, str(p))
-            from classes import shape_class
-            return shape_class
-    raise SystemExit("classes.py not found (../shared/classes.py beside the repository)")
+
 
 
 def main(argv=None) -> int:
@@ -46,7 +39,6 @@ def main(argv=None) -> int:
     ap.add_argument("--holdout-shapes", help="as cudal2 train --holdout-shapes: these shapes instead of the hash split")
     ap.add_argument("--out", help="also write the figures here (JSON)")
     a = ap.parse_args(argv)
-    shape_class = _shape_class()
     from cudal2.cli.train import _read
     from cudal2.rl.costmodel import CostModel
     from cudal2.rl.costtrain import by_shape, figures, merge, rows_from, split
