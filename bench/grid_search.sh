@@ -89,16 +89,19 @@ cap=${4:-300}
 # unless COST_MODEL names another `cudal2 train` checkpoint.
 costopt=()
 case "$seeds" in cost:*) costopt=(--cost-model "${COST_MODEL:-bench/results/h200-sm90/costmodel/cost_h200_2859efc.pt}") ;; esac
-# One set's search: its shapes, layout, stride (coprime to the set's size) and extra flags. All sets
+# One set's search: its shapes, layout, stride (coprime to the set's size) and extra flags. grid-nt
+# and grid-nn2 visit the grid in bench/search_order.py's order (the likeliest kernel wins first: the
+# nt entries' outcome for nn2, the cost model's for nt), so a session that ends part-way has searched
+# the shapes that move the figures; grid-nn (searched) and models keep their spread order. All sets
 # share one store and one registry: the store's search log is keyed by shape and layout, so --resume
 # skips what any earlier call finished, whichever set it was in.
 search_set() {   # search_set SET SECONDS
   local set=$1 lim=$2 shapes layout stride extra=() store=run/grid.db
   case "$set" in
     grid-nn) shapes=grid; layout=nn; stride=7 ;;
-    grid-nn2) shapes=grid; layout=nn; stride=7; store=run/grid_nn2.db
+    grid-nn2) shapes=bench/grid_nn2_order.txt; layout=nn; stride=1; store=run/grid_nn2.db
               extra=(--init-policy run/grid.db.ckpt/policy.pt) ;;
-    grid-nt) shapes=grid; layout=nt; stride=7 ;;
+    grid-nt) shapes=bench/grid_nt_order.txt; layout=nt; stride=1 ;;
     models)  shapes=bench/model_set.txt; layout=nt; stride=11; extra=(--m-buckets) ;;
     *) echo "unknown SET $set (grid-nn | grid-nt | models | grid-nn2)"; return 2 ;;
   esac

@@ -55,7 +55,10 @@ def _run(tmp_path, stop_at, args=("search-all", "600"), extra_env=None):
 def test_search_all_runs_the_three_sets_in_order_with_resume(tmp_path):
     calls = _run(tmp_path, stop_at="none")
     assert [c.split("--layout ")[1].split()[0] for c in calls] == ["nn", "nt", "nt"]
-    assert [c.split("--shapes ")[1].split()[0] for c in calls] == ["grid", "grid", "bench/model_set.txt"]
+    assert [c.split("--shapes ")[1].split()[0] for c in calls] == ["grid", "bench/grid_nt_order.txt",
+                                                                   "bench/model_set.txt"]
+    # grid nt visits bench/search_order.py's order as written; grid nn (searched) its spread order.
+    assert "--stride 7" in calls[0] and "--stride 1" in calls[1]
     assert all("--resume" in c and "--time-limit" in c for c in calls)
     # Only the model set has M buckets; its stride (11) is coprime to its 224 shapes.
     assert ["--m-buckets" in c for c in calls] == [False, False, True] and "--stride 11" in calls[2]
@@ -72,6 +75,7 @@ def test_grid_nn2_searches_the_nn_grid_again_in_its_own_store(tmp_path):
     search log would skip every nn shape), its policy starting from grid.db's, filing into the
     one registry."""
     (call,) = _run(tmp_path, "none", ("search", "300", "cost:4"), {"SET": "grid-nn2"})
-    assert "--layout nn" in call and "--shapes grid" in call and "--resume" in call
+    assert "--layout nn" in call and "--shapes bench/grid_nn2_order.txt" in call and "--stride 1" in call
+    assert "--resume" in call
     assert "--store run/grid_nn2.db" in call and "--registry run/registry" in call
     assert "--init-policy run/grid.db.ckpt/policy.pt" in call and "--seed-list cost:4" in call
