@@ -1,14 +1,15 @@
 """`cudal2 generate`: the RL search over kernels for a set of shapes, winners filed in the registry.
 
   cudal2 generate --backend triton|cuda|both --shapes grid|grid:N|FILE|MxNxK,... [--layout nn|nt]
-                  [--budget N] [--group G] [--seed-list fixed:N|auto:N|model:N|none] [--screen-ms MS]
+                  [--budget N] [--group G] [--seed-list fixed:N|auto:N|model:N|cost:N|none]
+                  [--lead-specs FILE] [--screen-ms MS]
                   [--screen-max-calls N] [--full-ms MS] [--recheck K] [--time-limit S] [--stride S]
                   [--policy default|hf:PATH] [--cost-model PATH [--critic-pool N]] [--store PATH]
                   [--registry PATH] [--resume] [--replay STORE]
                   [--cluster ray[:ADDR]] [--seed S] [--file-margin R] [--cublas-margin R] [--m-buckets]
 
-Per shape (rl/staged.py): the fixed list's first N specs, then policy groups (GRPO on each) up to
---budget evaluations, all screened (five checks at the shape, --screen-ms of timing beside the
+Per shape (rl/staged.py): the shape's --lead-specs (rl/leads.py) and the --seed-list's specs, N in
+all, then policy groups (GRPO on each) up to --budget evaluations, all screened (five checks at the shape, --screen-ms of timing beside the
 baselines); the --recheck fastest go through the full PROTOCOL pass (six checks, --full-ms); the
 fastest that passed is filed in the registry with its rendered source (as cuBLAS if it lost; a
 cuBLAS entry records which cuBLAS call won every timing of the shape by --cublas-margin, else
@@ -151,6 +152,9 @@ def generate_cmd(
         None, "--baselines", help="the baselines best-cublas is formed from: all (the default; generate refuses "
         "to run when one cannot be built, e.g. nvmath-python missing) or a comma list, e.g. torch, to run "
         "on those alone"),
+    lead_specs: Optional[str] = typer.Option(
+        None, "--lead-specs", help="a file of 'MxNxK:layout|spec' lines: per shape, specs evaluated before the "
+        "--seed-list seeds and counted in its N (e.g. the other layout's winner: bench/search_order.py --leads-out)"),
     stride: int = typer.Option(
         1, "--stride", help="visit shape i*STRIDE mod n (coprime to n, e.g. 7): a time-limited run then covers "
         "the whole range of shapes, not the smallest first"),
@@ -173,6 +177,11 @@ def generate_cmd(
         fail(str(e))
     if time_limit is not None and time_limit <= 0:
         fail(f"--time-limit must be > 0 seconds (got {time_limit})")
+    from ..rl.leads import LeadError, read_leads
+    try:
+        leads = read_leads(lead_specs) if lead_specs else {}
+    except LeadError as e:
+        fail(str(e))
     ranker = _cost_model(cost_model, seed_kind, critic_pool)
     from .compare import parse_baselines
     from .errors import UserError
@@ -258,7 +267,7 @@ def generate_cmd(
               "full_ms": full_ms, "screen_max_calls": screen_max_calls, "recheck": recheck_k,
               "time_limit": time_limit, "stride": stride, "file_margin": file_margin,
               "cublas_margin": cublas_margin, "m_buckets": m_buckets, "cost_model": cost_model,
-              "init_policy": init_policy, "critic_pool": critic_pool,
+              "init_policy": init_policy, "critic_pool": critic_pool, "lead_specs": lead_specs,
               # the baselines best-cublas is formed from, and whether the user named them
               "baselines": None if replay else list(names), "baselines_named": baselines_arg is not None}
     run_id = store.new_run(config, device=device_key, versions=versions)
@@ -273,7 +282,7 @@ def generate_cmd(
             "registry": registry, "n_seed": n_seed, "seed_kind": seed_kind, "recheck": recheck_k, "deadline": deadline,
             "file_margin": file_margin, "baselines": None if replay else list(names),
             "cublas_margin": cublas_margin, "buckets": bucket_floors(problems) if m_buckets else {}, "ranker": ranker,
-            "critic_pool": critic_pool}
+            "critic_pool": critic_pool, "leads": leads}
     from ..evaluate.procs import EvaluatorError
     try:
         results, left = _search(pol, shared, device, device_key, store, run_id, problems, opts)
@@ -304,6 +313,7 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
 
     from ..rl.search import Search
     from ..rl.shared_eval import StudyDeadline
+    from ..rl.leads import valid_leads, with_leads
     from ..rl.staged import log_row, search_shape, seed_specs
     from .filing import file_outcome, scope_bucket
     console = Console(stderr=True)
@@ -335,7 +345,16 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
     if done:
         console.print(f"--resume: {len(problems) - len(todo)} shapes already finished in the store, skipped")
         prog.update(task, completed=len(problems) - len(todo))
-    seeds = lambda p: seed_specs(o["n_seed"], p, device, o["backends"], o["seed_kind"], o["ranker"])  # noqa: E731
+    dropped = []
+
+    def seeds(p):
+        lead, n_bad = valid_leads(o["leads"], p, device, o["backends"])
+        dropped.append(n_bad)
+        return with_leads(lead, seed_specs(o["n_seed"], p, device, o["backends"], o["seed_kind"], o["ranker"]),
+                          o["n_seed"])
+    if o["leads"]:
+        named = sum(p.text in o["leads"] for p in todo)
+        console.print(f"--lead-specs: {named} of the {len(todo)} shapes to search have lead specs")
     left = 0
     nxt = seeds(todo[0]) if todo else []
     with prog:
@@ -366,6 +385,8 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
             prog.update(task, evals=totals["evals"], fail=totals["fail"], won=totals["won"])
             prog.advance(task)
         prog.update(task, description="shapes")
+    if sum(dropped):
+        console.print(f"--lead-specs: {sum(dropped)} lead specs dropped (invalid for their shape or backend)")
     if totals["rejected"]:
         console.print(f"{totals['rejected']} of {totals['sampled']} LM answers were rejected (unparseable or invalid) and corrected "
                       "by constrained decoding; none was executed as written")
