@@ -58,6 +58,8 @@ def defines(spec: KernelSpec, layout: str) -> dict[str, int]:
         d["SUBTILE"] = spec.subtile
         d["EPI_COLS"] = spec.epi_cols
         d["MC_A"] = int(spec.cluster_shares_a)
+        if layout == "nn":
+            d["NN_COLS"] = spec.nn_b_cols
     return d
 
 

@@ -74,10 +74,20 @@ DEVI void ld_cg_f4(const float* p, float& a, float& b, float& c, float& d) {
 DEVI u64 desc_kmajor(u32 addr) {
     return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
 }
-// N-major (nn B): 64-wide N blocks of 64 k-rows x 128 B are 8192 B apart (LBO), 8-k-row groups
-// 1024 B apart (SBO).
+// N-major (nn B): the tile is BN / NN_COLS blocks of 64 k-rows x NN_COLS columns (rows of
+// NN_ROW_BYTES = 128, 64 or 32 B, each block one TMA box swizzled across its row). Blocks are
+// NN_BLOCK_BYTES apart (LBO), 8-k-row groups 8 rows apart (SBO); the layout type is the swizzle
+// spanning a row: 1 = 128 B, 2 = 64 B, 3 = 32 B (the canonical MN-major layouts of the PTX ISA's
+// wgmma shared-memory matrix descriptors).
+#ifndef NN_COLS
+#define NN_COLS 64
+#endif
+#define NN_ROW_BYTES (NN_COLS * 2)
+#define NN_BLOCK_BYTES (64 * NN_ROW_BYTES)
+#define NN_LAYOUT_TYPE (NN_COLS == 64 ? 1 : (NN_COLS == 32 ? 2 : 3))
 DEVI u64 desc_nmajor(u32 addr) {
-    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(8192 >> 4) << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(NN_BLOCK_BYTES >> 4) << 16) |
+           ((u64)((8 * NN_ROW_BYTES) >> 4) << 32) | ((u64)NN_LAYOUT_TYPE << 62);
 }
 
 DEVI void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }

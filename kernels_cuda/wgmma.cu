@@ -34,10 +34,11 @@
 // CLUSTER=2 the two CTAs of a cluster share one operand tile and each loads half of it multicast
 // into both CTAs' smem: MC_A=0, vertically adjacent tiles sharing B; MC_A=1 (BM > BN: A is the
 // larger tile), horizontally adjacent tiles sharing A. Layout nt: both operands K-major; nn: B is
-// N-major and wgmma reads it through the transpose bit.
+// N-major and wgmma reads it through the transpose bit, in TMA boxes of NN_COLS columns (64, 32 or
+// 16: the largest dividing BN) swizzled across their 128/64/32-byte rows (hopper.cuh).
 // Knobs (macros): BM BN BK(=64) WARPS CONSUMERS PINGPONG LITE STAGES GROUP_M CLUSTER MC_A SPLIT_K
 //                 LAYOUT_NT SUBTILE EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest
-//                 dividing BN / SUBTILE).
+//                 dividing BN / SUBTILE) NN_COLS (nn: B's TMA box width, likewise of BN).
 // The PTX wrappers it calls (mbarrier, TMA, stmatrix, wgmma, DSMEM) are in hopper.cuh.
 // RED_CHUNK, EXIT_RELAXED: experiments on the cluster split-K's reduction, off (1, 0) in every filed
 // kernel until a card measures them (bench/timeline_cases.txt; NOTES 2026-12-04 night).
@@ -169,15 +170,16 @@ DEVI void produce(const TensorMap* tmA, const TensorMap* tmB, u32 ring, u32 full
 #if LAYOUT_NT
     tma_load(sb, tmB, kt * 64, tn * BN, fb);
 #else
-    for (int j = 0; j < BN / 64; ++j) tma_load(sb + j * 8192, tmB, tn * BN + j * 64, kt * 64, fb);
+    for (int j = 0; j < BN / NN_COLS; ++j)
+        tma_load(sb + j * NN_BLOCK_BYTES, tmB, tn * BN + j * NN_COLS, kt * 64, fb);
 #endif
 #else
     const unsigned short mask = (1u << CLUSTER) - 1;
 #if LAYOUT_NT
     tma_load_mc(sb + rank * (B_BYTES / CLUSTER), tmB, kt * 64, tn * BN + rank * (BN / CLUSTER), fb, mask);
 #else
-    for (int j = 0; j < BN / 64; ++j)
-        tma_load_mc(sb + j * 8192 + rank * (8192 / CLUSTER), tmB, tn * BN + j * 64,
+    for (int j = 0; j < BN / NN_COLS; ++j)
+        tma_load_mc(sb + j * NN_BLOCK_BYTES + rank * (NN_BLOCK_BYTES / CLUSTER), tmB, tn * BN + j * NN_COLS,
                     kt * 64 + rank * (64 / CLUSTER), fb, mask);
 #endif
 #endif
@@ -300,7 +302,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #if LAYOUT_NT
                     const u64 db = desc_kmajor(sb + k16 * 32);
 #else
-                    const u64 db = desc_nmajor(sb + k16 * 2048);
+                    const u64 db = desc_nmajor(sb + k16 * 16 * NN_ROW_BYTES);
 #endif
 #pragma unroll
                     for (int mw = 0; mw < MW; ++mw) {

@@ -126,9 +126,11 @@ def test_cuda_driver_errors_are_launch_errors(gpu_device):
         be.load(too_big)
 
 
-# nt only: nn's N-major B tile comes in 64-column boxes, so BN in multiples of 16 is an nt knob.
-# The TMA-store box is 16 (BN 112, 208, 48) or 32 (BN 96, 160) columns wide there.
-NT_ODD_BN = [
+# BN off the multiples of 64. The TMA-store box is 16 (BN 112, 208, 48, 80) or 32 (BN 96, 160, 224)
+# columns wide there; in nn so is each TMA box of the N-major B tile, read through the 32- or 64-byte
+# swizzle of the wgmma descriptor (hopper.cuh: desc_nmajor; in nn before 2026-12-04 BN was a
+# multiple of 64, the 128-byte swizzle only).
+ODD_BN = [
     "bm=128 bn=112 warps=12 stages=6",
     "bm=64 bn=208 warps=12 stages=5 warp_spec=2",
     "bm=128 bn=96 warps=12 stages=6 cluster=2",
@@ -139,12 +141,16 @@ NT_ODD_BN = [
     "bm=128 bn=80 warps=8 stages=6 warp_spec=0",
     "bm=64 bn=48 warps=4 stages=3 warp_spec=0 split_k=2",
     "bm=64 bn=48 warps=4 stages=3 warp_spec=0 split_k=4",
+    "bm=64 bn=16 warps=8 stages=16 split_k=4",
+    "bm=64 bn=32 warps=4 stages=4 warp_spec=0",
+    "bm=128 bn=32 warps=12 stages=8 cluster=2",
 ]
 
 
-@pytest.mark.parametrize("text", NT_ODD_BN)
-def test_wgmma_odd_bn_nt(gpu_device, text):
-    p = BASE.with_layout("nt")
+@pytest.mark.parametrize("text", ODD_BN)
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_odd_bn(gpu_device, layout, text):
+    p = BASE.with_layout(layout)
     kernel = _build("cuda", "wgmma", text, p, gpu_device)
     report = check_kernel(kernel, p, "cuda")
     assert report.passed, "\n".join(r.line() for r in report.results)

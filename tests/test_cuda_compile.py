@@ -60,6 +60,13 @@ SPECS = [
     ("family=wgmma bm=64 bn=16 warps=4 stages=16 warp_spec=0 split_k=2", "nt"),
     ("family=wgmma bm=64 bn=64 warps=4 stages=8 warp_spec=0 split_k=16", "nn"),    # 16 slices, 8 groups
     ("family=wgmma bm=64 bn=48 warps=4 stages=8 warp_spec=0 split_k=4", "nt"),     # 6 groups over 4
+    # nn with BN off the multiples of 64: B's TMA boxes of 32 (64-byte swizzle) or 16 columns
+    # (32-byte), with a B-sharing cluster, ping-pong, the cluster split-K and the lite schedule.
+    ("family=wgmma bm=128 bn=96 warps=12 stages=6", "nn"),
+    ("family=wgmma bm=128 bn=112 warps=12 stages=5 cluster=2", "nn"),
+    ("family=wgmma bm=64 bn=208 warps=12 stages=5 warp_spec=2", "nn"),
+    ("family=wgmma bm=64 bn=48 warps=8 stages=15 split_k=8", "nn"),
+    ("family=wgmma bm=64 bn=16 warps=4 stages=8 warp_spec=0 split_k=4", "nn"),
 ]
 
 
@@ -103,6 +110,10 @@ def test_compiles_for_sm90a(backend, hopper, text, layout):
         assert f"#define SUBTILE {spec.subtile}\n" in src and (spec.bn // spec.subtile) % spec.epi_cols == 0
         # The TMA-store box is the widest of 64/32/16 columns that tiles BN (112 -> 16, 96 -> 32).
         assert f"#define EPI_COLS {spec.epi_cols}\n" in src and spec.bn % spec.epi_cols == 0
+        # nn: so is each TMA box of the N-major B tile (its swizzle spans the box's row).
+        from cudal2.kernels_cuda import defines
+        assert defines(spec, layout).get("NN_COLS") == (spec.nn_b_cols if layout == "nn" else None)
+        assert layout == "nt" or f"#define NN_COLS {spec.nn_b_cols}\n" in src and spec.bn % spec.nn_b_cols == 0
         # 3 warpgroups of 128 threads under __launch_bounds__(384, 1): ptxas may use 65536/384 = 168.
         assert m["registers"] <= 65536 // spec.warps // 32 // 8 * 8 and m["stack_bytes"] == 0, m["log"]
 
@@ -142,7 +153,6 @@ def test_cache_key_covers_source_and_arch(backend):
 
 @pytest.mark.parametrize("text,problem,field", [
     ("family=wgmma bm=128 bn=128 warps=12 stages=4", Problem(4096, 100, 4096), "family"),   # TMA: N % 8
-    ("family=wgmma bm=128 bn=112 warps=12 stages=4", BIG, "bn"),            # nn B: 64-column boxes
     ("family=wgmma bm=128 bn=256 warps=12 stages=4", BIG, "stages"),        # ring + staging > 227 KB
     ("family=wgmma bm=128 bn=128 warps=8 stages=4 warp_spec=2", BIG, "warp_spec"),   # ping-pong: 2 consumers
     ("family=wgmma bm=128 bn=256 warps=12 stages=3 split_k=2", BIG, "split_k"),      # reduction would spill

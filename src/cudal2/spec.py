@@ -183,6 +183,13 @@ class KernelSpec:
         return self.family == "wgmma" and self.cluster > 1 and self.bm > self.bn
 
     @property
+    def nn_b_cols(self) -> int:
+        """wgmma, layout nn: columns of one TMA box of the N-major B tile, the largest of 64/32/16
+        dividing BN; its rows are 128/64/32 bytes, and the smem swizzle (the wgmma descriptor's
+        layout type) is the one that spans them."""
+        return next(w for w in (64, 32, 16) if self.bn % w == 0)
+
+    @property
     def epi_cols(self) -> int:
         """wgmma: width of the TMA-store box (the largest of 64/32/16 columns dividing the
         BN / subtile columns the epilogue stages at once)."""
@@ -320,10 +327,6 @@ def _bn(s, p, d):
     bn, f = s["bn"], s["family"]
     if f in POW2_BN_FAMILIES and bn & (bn - 1):
         return f"family={f} takes a power-of-two bn, got {bn}"
-    if f == "wgmma" and p.layout == "nn" and bn % 64:
-        # nn B is N-major: TMA loads it in 64-column boxes of the 128-byte swizzle, so BN is a
-        # multiple of 64 there; nt B is K-major and takes any multiple of 16.
-        return f"wgmma with layout nn takes bn in multiples of 64 (N-major B in 128-byte boxes), got {bn}"
 
 
 def _acc_per_thread(s) -> int:

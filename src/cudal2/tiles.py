@@ -1,6 +1,6 @@
 """Candidate wgmma specs for a shape, ranked by a wave-quantisation cost model (no GPU needed).
 
-The Hopper family takes any BN that is a multiple of 16 (nt; multiples of 64 in nn), one-launch
+The Hopper family takes any BN that is a multiple of 16 (both layouts), one-launch
 split-K and two consumer schedules, so a shape has thousands of valid specs. This picks the few
 worth timing first, from what decides speed on these shapes (`../shared/KERNELS.md`):
   - whole waves: work units (tiles x K slices) over the SM count should land just under a whole
@@ -109,7 +109,7 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
     same spec without one (median of 208 pairs, 0.49-1.21x) and was the best of its shape on 1 of
     104 (bench/hopper_sweep.py --clusters N tries them)."""
     sms = device.sm_count or 132
-    bns = [b for b in range(16, 257, 16) if problem.layout == "nt" or b % 64 == 0]
+    bns = list(range(16, 257, 16))
     # The list's split-K specs are cooperative: one cluster of `split` CTAs per tile, so where the
     # card's cluster counts were measured the waves are counted in clusters.
     fits = {s: cluster_ctas(device, s) for s in _SPLITS if s > 1} if device.cluster_ctas else {}

@@ -197,7 +197,7 @@ class CudaKernel:
         # A 2-CTA cluster loads the shared tile in halves, one per CTA (kernels_cuda/wgmma.cu).
         ca, cb = (sp.cluster, 1) if sp.cluster_shares_a else (1, sp.cluster)
         ta = _encode(pa, K, M, 64, sp.bm // ca)
-        tb = _encode(pb, K, N, 64, sp.bn // cb) if self.layout == "nt" else _encode(pb, N, K, 64, 64 // cb)
+        tb = _encode(pb, K, N, 64, sp.bn // cb) if self.layout == "nt" else _encode(pb, N, K, sp.nn_b_cols, 64 // cb)
         if len(self._tmaps) >= _TMAP_CACHE_MAX:
             self._tmaps.clear()
         self._tmaps[key] = (ta, tb)
