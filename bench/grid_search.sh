@@ -92,7 +92,10 @@ case "$seeds" in cost:*) costopt=(--cost-model "${COST_MODEL:-bench/results/h200
 # One set's search: its shapes, layout, stride (coprime to the set's size) and extra flags. grid-nt
 # and grid-nn2 visit the grid in bench/search_order.py's order (the likeliest kernel wins first: the
 # nt entries' outcome for nn2, the cost model's for nt), so a session that ends part-way has searched
-# the shapes that move the figures; grid-nn (searched) and models keep their spread order. All sets
+# the shapes that move the figures; grid-nn (searched) and models keep their spread order. grid-nn2
+# evaluates first, per shape, the nt search's best kernel spec of the same M, N, K (--lead-specs
+# bench/grid_nn2_leads.txt; on the Hopper sweeps the nt-best spec was within 2% of the nn-best on 480
+# of 539 shapes), then the cost model's best 3. All sets
 # share one store and one registry: the store's search log is keyed by shape and layout, so --resume
 # skips what any earlier call finished, whichever set it was in.
 search_set() {   # search_set SET SECONDS
@@ -100,7 +103,7 @@ search_set() {   # search_set SET SECONDS
   case "$set" in
     grid-nn) shapes=grid; layout=nn; stride=7 ;;
     grid-nn2) shapes=bench/grid_nn2_order.txt; layout=nn; stride=1; store=run/grid_nn2.db
-              extra=(--init-policy run/grid.db.ckpt/policy.pt) ;;
+              extra=(--init-policy run/grid.db.ckpt/policy.pt --lead-specs bench/grid_nn2_leads.txt) ;;
     grid-nt) shapes=bench/grid_nt_order.txt; layout=nt; stride=1 ;;
     models)  shapes=bench/model_set.txt; layout=nt; stride=11; extra=(--m-buckets) ;;
     *) echo "unknown SET $set (grid-nn | grid-nt | models | grid-nn2)"; return 2 ;;

@@ -79,3 +79,4 @@ def test_grid_nn2_searches_the_nn_grid_again_in_its_own_store(tmp_path):
     assert "--resume" in call
     assert "--store run/grid_nn2.db" in call and "--registry run/registry" in call
     assert "--init-policy run/grid.db.ckpt/policy.pt" in call and "--seed-list cost:4" in call
+    assert "--lead-specs bench/grid_nn2_leads.txt" in call          # the nt search's winner first

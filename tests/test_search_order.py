@@ -65,3 +65,15 @@ def test_bad_arguments_are_refused(tmp_path):
     with pytest.raises(SystemExit):
         so.main(["--layout", "nn", "--device", "a100-sm80", "--out", str(tmp_path / "o.txt")])
     assert not (tmp_path / "o.txt").exists()
+
+
+def test_committed_nn2_leads_are_valid_for_their_nn_shapes():
+    """bench/grid_nn2_leads.txt (generate --lead-specs of SET=grid-nn2): one spec per nn grid shape, each
+    valid there by the one rule, so no lead is dropped on the card."""
+    from cudal2.registry import target_for_key
+    from cudal2.rl.leads import read_leads, valid_leads
+    leads = read_leads(ROOT / "bench" / "grid_nn2_leads.txt")
+    nn = {p.text for p in grid("nn")}
+    assert len(leads) >= 700 and set(leads) <= nn and all(len(v) == 1 for v in leads.values())
+    dev = target_for_key("h200-sm90")
+    assert all(valid_leads(leads, Problem.parse(k), dev, ("cuda", "triton")) == (v, 0) for k, v in leads.items())
