@@ -129,7 +129,7 @@ def main(argv=None) -> int:
                                                    f"    {cmd}\n\n" + md)
         (out / f"headroom_{commit}.json").write_text(json.dumps(
             {"command": cmd, "commit": commit, "device": a.device, "limits": limits, "table": t, "rows": rs},
-            indent=1))
+            separators=(",", ":")))
     return 0
 
 
