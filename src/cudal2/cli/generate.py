@@ -9,8 +9,8 @@
                   [--cluster ray[:ADDR]] [--seed S] [--file-margin R] [--cublas-margin R] [--m-buckets]
 
 Per shape (rl/staged.py): the shape's --lead-specs (rl/leads.py) and the --seed-list's specs, N in
-all, then policy groups (GRPO on each) up to --budget evaluations, all screened (five checks at the shape, --screen-ms of timing beside the
-baselines); the --recheck fastest go through the full PROTOCOL pass (six checks, --full-ms); the
+all, then policy groups (GRPO on each) up to --budget evaluations, all screened (five checks at
+the shape, --screen-ms of timing beside the baselines); the --recheck fastest go through the full PROTOCOL pass (six checks, --full-ms); the
 fastest that passed is filed in the registry with its rendered source (as cuBLAS if it lost; a
 cuBLAS entry records which cuBLAS call won every timing of the shape by --cublas-margin, else
 torch.matmul). --m-buckets: a filed kernel is also timed at the bottom of its M bucket and, if it
