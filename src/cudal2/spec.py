@@ -11,8 +11,8 @@ Each `key=value` is one policy token.
 
 family=wgmma (CUDA, sm_90a; kernels_cuda/wgmma.cu): bm 64/128/256 over the consumer warpgroups,
 bn any multiple of 16 (nn: B's N-major tile in TMA boxes of 64/32/16 columns, `nn_b_cols`), bk 64,
-warps 8 (one consumer warpgroup) or 12 (two) beside the producer warpgroup (lite: 4 or 8, no producer), warp_spec 1 = cooperative consumers,
-2 = ping-pong, 0 = lite (one CTA per work unit, the tiny-shape schedule); split_k = K slices reduced
+warps 8 (one consumer warpgroup) or 12 (two) beside the producer warpgroup (lite: 4 or 8, no
+producer), warp_spec 1 = cooperative consumers, 2 = ping-pong, 0 = lite (one CTA per work unit, the tiny-shape schedule); split_k = K slices reduced
 in the same launch in a fixed order (lite and cooperative: inside a cluster of the slices through
 distributed shared memory; ping-pong and cluster=2: through a global workspace), cluster 2 = two
 CTAs sharing one operand tile by TMA multicast, each loading half of it into both: the larger tile
