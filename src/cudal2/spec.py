@@ -9,17 +9,18 @@ Canonical text: every field as `key=value`, space separated, in FIELDS order, e.
   backend=triton family=tiled bm=128 bn=128 bk=64 warps=8 stages=4 group_m=8 split_k=1 subtile=1 warp_spec=0 cluster=1
 Each `key=value` is one policy token.
 
-family=wgmma (CUDA, sm_90a; kernels_cuda/wgmma.cu): bm 64/128/256 over the consumer warpgroups,
-bn any multiple of 16 (nn: B's N-major tile in TMA boxes of 64/32/16 columns, `nn_b_cols`), bk 64,
+family=wgmma (CUDA, sm_90a; kernels_cuda/wgmma.cu): bm 64/128/256 over the consumer warpgroups, bn
+any multiple of 16 (nn: B's N-major tile in TMA boxes of 64/32/16 columns, `nn_b_cols`), bk 64,
 warps 8 (one consumer warpgroup) or 12 (two) beside the producer warpgroup (lite: 4 or 8, no
-producer), warp_spec 1 = cooperative consumers, 2 = ping-pong, 0 = lite (one CTA per work unit, the tiny-shape schedule); split_k = K slices reduced
-in the same launch in a fixed order (lite and cooperative: inside a cluster of the slices through
-distributed shared memory; ping-pong and cluster=2: through a global workspace), cluster 2 = two
-CTAs sharing one operand tile by TMA multicast, each loading half of it into both: the larger tile
-(bm > bn: A, the pair along N; else B, the pair along M; `KernelSpec.cluster_shares_a`), stages up
-to what shared memory holds beside the epilogue's staging; subtile 2 = the epilogue stages half the
-tile's columns at a time (half the staging, so a deeper ring fits: cuBLAS's 256x128 winner runs 4
-stages where a whole-tile staging leaves room for 3).
+producer), warp_spec 1 = cooperative consumers, 2 = ping-pong, 0 = lite (one CTA per work unit, the
+tiny-shape schedule); split_k = K slices reduced in the same launch in a fixed order (lite and
+cooperative: inside a cluster of the slices through distributed shared memory; ping-pong and
+cluster=2: through a global workspace), cluster 2 = two CTAs sharing one operand tile by TMA
+multicast, each loading half of it into both: the larger tile (bm > bn: A, the pair along N; else B,
+the pair along M; `KernelSpec.cluster_shares_a`), stages up to what shared memory holds beside the
+epilogue's staging; subtile 2 = the epilogue stages half the tile's columns at a time (half the
+staging, so a deeper ring fits: cuBLAS's 256x128 winner runs 4 stages where a whole-tile staging
+leaves room for 3).
 
 family=stream (CUDA, decode / skinny: min(M, N) <= 64; kernels_cuda/stream.cu) reads the fields as:
 bm = rows of the large operand per CTA (16-128), bn = tokens of the small one per CTA (16-64),
