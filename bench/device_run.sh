@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call = one run of this script: install from the tree, then the named stages, with
-# every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench.
+# every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
+# probe (the next card session's first call, ~8 minutes at most: see the stage).
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -26,6 +27,20 @@ for stage in "$@"; do
       cp -r bench/results/h200-sm90 "$OUT/" ;;
     bench)
       timeout 420 python3 bench/families.py --out "$OUT/h200-sm90" --max-seconds 360 2>&1 | tail -50 ;;
+    probe)
+      # Issue 20 / 19 / 22's open questions in one call, each step time-boxed so the whole stays
+      # under ~500 s of the 600 a call may run (a call that ran past its limit came back empty,
+      # 2026-12-04): the nn odd-BN boxes under the full checker (before any grid-nn2 search), the
+      # cluster probe and the timeline's own GPU tests; where a short kernel's time goes, CTA by
+      # CTA, and the reduction / nn variants beside the filed kernels (bench/timeline_cases.txt);
+      # the SM clock while ours and cuBLAS's run back to back at 4096^3 nt.
+      timeout 180 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 60 -rfE \
+        tests/test_backends_gpu.py::test_wgmma_odd_bn tests/test_cluster_fit.py tests/test_cta_timeline.py \
+        >"$OUT/gpu_tests.txt" 2>&1; tail -12 "$OUT/gpu_tests.txt"
+      timeout 230 python3 bench/cta_timeline.py --out "$OUT" --cases bench/timeline_cases.txt --before 0,200 \
+        --repeat 3 2>&1 | tail -40
+      timeout 60 python3 bench/clock_watch.py --out "$OUT" --seconds 3 --rounds 3 --spec "backend=cuda \
+family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2 warp_spec=1 cluster=1" 2>&1 | tail -12 ;;
     *)
       echo "unknown stage $stage" ;;
   esac

@@ -239,3 +239,18 @@ def test_stamped_launch_reads_back_in_event_order(gpu_device, tmp_path):
         assert s["ctas"] == res["grid_ctas"]
         assert s["span_us"] <= s["event_us"] + 1.0          # globaltimer and events: ~1 µs apart at most
         assert 500 < s["sm_mhz_median"] < 3000
+
+
+def test_the_probe_stage_names_what_exists():
+    """bench/device_run.sh's probe stage (the next card session's first call) names GPU tests, a
+    cases file and scripts by path: a typo there costs a device call."""
+    import shlex
+    text = (ROOT / "bench" / "device_run.sh").read_text()
+    probe = text[text.index("    probe)"):text.index(";;", text.index("    probe)"))]
+    words = shlex.split(probe.replace("\\\n", " "), comments=True)
+    paths = [w for w in words if w.startswith(("tests/", "bench/"))]
+    assert len(paths) >= 6
+    for w in paths:
+        path, _, node = w.partition("::")
+        assert (ROOT / path).is_file(), w
+        assert not node or f"def {node}(" in (ROOT / path).read_text(), w
