@@ -31,6 +31,7 @@ geomean 0.994).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import subprocess
@@ -92,6 +93,7 @@ def main(argv=None) -> int:
     from cudal2.problems import grid
     from cudal2.rl.costmodel import CostModel
     from cudal2.rl.costrank import pool
+    from cudal2.rl.staged import model_seeds, split_k_variants, starved
     from cudal2.registry import target_for_key
 
     idx = json.loads(Path(a.registry).read_text())
@@ -101,10 +103,14 @@ def main(argv=None) -> int:
     model = CostModel.load(a.cost_model)
     if model.device_key != a.device:
         ap.error(f"--cost-model {a.cost_model} is for {model.device_key}, not {a.device}")
-    dev = target_for_key(a.device)
+    # The card's SM count (the model's): the pool then holds what `--seed-list cost:N` ranks there
+    # (rl/staged.kind_seeds: the wave model's 16 and, on starved shapes, the split-K variants).
+    dev = dataclasses.replace(target_for_key(a.device), sm_count=model.sms)
+    both = ("cuda", "triton")
 
     def scorer(p):
-        specs = pool(p, dev, backends=("cuda", "triton"))
+        extra = model_seeds(16, p, dev, both) + (split_k_variants(p, dev, both) if starved(p, dev) else [])
+        specs = pool(p, dev, both, extra)
         return math.exp(max(model.score(p, specs)))
 
     use_other = a.other_prior == "yes" or (a.other_prior == "auto" and a.layout == "nn")
