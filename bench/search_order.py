@@ -15,7 +15,8 @@ best-cublas, highest first:
      did too on 179 of 216 shapes.
   2. else the cost model's best score over the shape's candidate pool (rl/costrank.pool; the
      ensemble's mean minus spread, as `cost:N` ranks): on the 145 grid nt shapes the committed model
-     held out, the top quarter by this score held 28 of the 55 kernel wins (AUC 0.74; the pool as cost:N ranks it on the card).
+     held out, the top quarter by this score held 28 of the 55 kernel wins (AUC 0.74; the pool
+     as cost:N ranks it on the card).
 The two priors share one sort though they differ in kind (a measured best against the model's
 conservative estimate, which sits lower): in a mixed order the model's shapes tend to come later.
 Only the nt entries were searched with the wgmma and stream families (nn's first search predates
