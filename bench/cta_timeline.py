@@ -240,7 +240,7 @@ def main(argv=None) -> int:
     commit = source_commit()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"card": dev.name, "device": dev.key, "commit": commit, "versions": collect(),
+    doc = {"card": dev.name, "device": dev.key, "device_info": dev.to_dict(), "commit": commit, "versions": collect(),
            "command": "python3 bench/cta_timeline.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "events": EVENTS, "results": results}
     (out / f"cta_timeline_{commit}.json").write_text(json.dumps(doc))

@@ -79,18 +79,23 @@ class _ProbeDriver:
 def test_measure_asks_the_driver_per_size_at_one_cta_per_sm(monkeypatch):
     pytest.importorskip("cuda.bindings.nvrtc")
     import contextlib
-    drv = _ProbeDriver({2: 66, 4: 30, 8: 14, 16: 6})
+    # A stand-in card of GPCs with 18 x 6, 16 and 8 SMs (132): whole clusters per GPC, as the H200's
+    # measured counts (run 59: 132 / 120 / 120 / 112 CTAs in clusters of 2 / 4 / 8 / 16) would have it.
+    gpcs = [18] * 6 + [16, 8]
+    drv = _ProbeDriver({s: sum(g // s for g in gpcs) for s in range(2, 17)})
     monkeypatch.setattr(cluster_fit, "_driver", lambda: drv)
     monkeypatch.setattr(cluster_fit, "_on_device", lambda index: contextlib.nullcontext())
-    got = cluster_fit.measure(0, "sm_90a", 232448, 132)
-    # CTAs, not clusters: the driver's count times the size.
-    assert got == ((2, 132), (4, 120), (8, 112), (16, 96))
+    got = dict(cluster_fit.measure(0, "sm_90a", 232448, 132))
+    # CTAs, not clusters: the driver's count times the size; every size from 2 to 16.
+    assert sorted(got) == list(range(2, 17)) == list(cluster_fit.SIZES)
+    assert [got[s] for s in (2, 4, 8, 16)] == [132, 120, 120, 112] and got[6] == 126 and got[7] == 105
     # Each size's own kernel, asked with a whole SM's shared memory (so one CTA per SM) and a grid of
-    # whole clusters over the SMs; only the 16-CTA cluster (past the portable 8) opts in.
+    # whole clusters over the SMs; only the clusters past the portable 8 opt in.
     assert [q[0] for q in drv.queries] == [f"cudal2_cluster_probe{s}" for s in cluster_fit.SIZES]
     assert all(q[3] == 232448 for q in drv.queries)
-    assert [q[1] for q in drv.queries] == [132, 132, 128, 128]
-    assert [a for a in drv.attrs if a[1] == "nonportable"] == [("cudal2_cluster_probe16", "nonportable", 1)]
+    assert [q[1] for q in drv.queries] == [s * (132 // s) for s in cluster_fit.SIZES]
+    assert [a for a in drv.attrs if a[1] == "nonportable"] == [(f"cudal2_cluster_probe{s}", "nonportable", 1)
+                                                               for s in range(9, 17)]
     assert {(a[0], a[2]) for a in drv.attrs if a[1] == "smem"} == \
         {(f"cudal2_cluster_probe{s}", 232448) for s in cluster_fit.SIZES}
     assert drv.unloaded

@@ -17,7 +17,10 @@ DeviceInfo (`cluster_ctas`), and a compile target has none (the rules then assum
 """
 from __future__ import annotations
 
-SIZES = (2, 4, 8, 16)
+# Every size a cluster may have (8 portable, 16 with the opt-in): the wgmma family launches 2, 4, 8
+# and 16 today (cluster=2, split_k a power of two); the sizes between are measured so a grown
+# split_k grammar can be judged from the card's counts, not guessed (the GPCs' SM counts decide).
+SIZES = tuple(range(2, 17))
 _THREADS = 128
 # One kernel per cluster size: the size is compiled in (as the wgmma family's cluster split-K is).
 PROBE = "\n".join(f'extern "C" __global__ void __cluster_dims__({s}, 1, 1) cudal2_cluster_probe{s}() {{}}'
