@@ -229,7 +229,13 @@ def main(argv=None) -> int:
     from cudal2.device import current
     from cudal2.versions import collect, source_commit
     dev = current()
-    results = []
+    commit = source_commit()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"card": dev.name, "device": dev.key, "device_info": dev.to_dict(), "commit": commit, "versions": collect(),
+           "command": "python3 bench/cta_timeline.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "events": EVENTS, "results": []}
+    results = doc["results"]
     for shape, spec, defines in cases:
         try:
             results.append(run_case(shape, spec, defines, befores, args.repeat, dev))
@@ -237,15 +243,11 @@ def main(argv=None) -> int:
             results.append({"shape": shape, "spec": spec, "defines": defines, "error": f"{type(e).__name__}: {e}"})
         r = results[-1]
         print(r.get("error") or f"{r['shape']} offline {r['offline_us']} grid {r['grid_ctas']}", flush=True)
-    commit = source_commit()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    doc = {"card": dev.name, "device": dev.key, "device_info": dev.to_dict(), "commit": commit, "versions": collect(),
-           "command": "python3 bench/cta_timeline.py " + " ".join(sys.argv[1:] if argv is None else argv),
-           "events": EVENTS, "results": results}
-    (out / f"cta_timeline_{commit}.json").write_text(json.dumps(doc))
-    md = table([r for r in results if "runs" in r])
-    (out / f"cta_timeline_{commit}.md").write_text(md)
+        # Written after every case: a call stopped at its time limit keeps the cases it finished.
+        doc["complete"] = len(results) == len(cases)
+        (out / f"cta_timeline_{commit}.json").write_text(json.dumps(doc))
+        md = table([r for r in results if "runs" in r])
+        (out / f"cta_timeline_{commit}.md").write_text(md)
     print(md)
     return 0 if all("error" not in r for r in results) else 1
 

@@ -34,12 +34,12 @@ for stage in "$@"; do
       # cluster probe and the timeline's own GPU tests; where a short kernel's time goes, CTA by
       # CTA, and the reduction / nn variants beside the filed kernels (bench/timeline_cases.txt);
       # the SM clock while ours and cuBLAS's run back to back at 4096^3 nt.
-      timeout 180 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 60 -rfE \
+      timeout 210 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 60 -rfE \
         tests/test_backends_gpu.py::test_wgmma_odd_bn tests/test_cluster_fit.py tests/test_cta_timeline.py \
         >"$OUT/gpu_tests.txt" 2>&1; tail -12 "$OUT/gpu_tests.txt"
-      timeout 230 python3 bench/cta_timeline.py --out "$OUT" --cases bench/timeline_cases.txt --before 0,200 \
+      timeout 210 python3 bench/cta_timeline.py --out "$OUT" --cases bench/timeline_cases.txt --before 0,200 \
         --repeat 3 2>&1 | tail -40
-      timeout 60 python3 bench/clock_watch.py --out "$OUT" --seconds 3 --rounds 3 --spec "backend=cuda \
+      timeout 50 python3 bench/clock_watch.py --out "$OUT" --seconds 3 --rounds 3 --spec "backend=cuda \
 family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2 warp_spec=1 cluster=1" 2>&1 | tail -12 ;;
     *)
       echo "unknown stage $stage" ;;

@@ -41,7 +41,8 @@
 //                 dividing BN / SUBTILE) NN_COLS (nn: B's TMA box width, likewise of BN).
 // The PTX wrappers it calls (mbarrier, TMA, stmatrix, wgmma, DSMEM) are in hopper.cuh.
 // RED_CHUNK, EXIT_RELAXED: experiments on the cluster split-K's reduction, off (1, 0) in every filed
-// kernel until a card measures them (bench/timeline_cases.txt; NOTES 2026-12-04 night).
+// kernel until a card measures them (bench/timeline_cases.txt; NOTES 2026-12-04 night). EARLY_LOAD:
+// the same for the lite schedule's first loads (issued before the block-wide barrier), off (0).
 // TIMELINE=1 (bench/cta_timeline.py only; never in a filed kernel): each CTA stamps %globaltimer and
 // %clock64 at the events TL_* below into the module's global `cudal2_timeline`, for its first work
 // unit: where a short kernel's time goes (prologue, first load, MMAs, reduction, store, exit).
@@ -86,6 +87,9 @@
 #endif
 #ifndef EXIT_RELAXED
 #define EXIT_RELAXED 0  // cluster split-K: the last cluster barrier without a release (see there)
+#endif
+#ifndef EARLY_LOAD
+#define EARLY_LOAD 0    // lite: thread 0 issues the first loads before the block-wide barrier (see there)
 #endif
 #define TL_ENTRY 0      // consumer 0's first thread enters the kernel
 #define TL_READY 1      // barriers initialised (after the cluster-wide sync)
@@ -207,6 +211,13 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
 #endif
     const int wg = threadIdx.x / 128, tig = threadIdx.x % 128;
+#if LITE
+    int ps = 0;                  // thread 0's producer position in the ring
+    u32 pphase = 0;
+#endif
+#if LITE && EARLY_LOAD
+    int early_next = 0;          // the first unit's next k-tile to load, once thread 0 issued the first
+#endif
     if (threadIdx.x == 0) {
         // Fetch the descriptors while the barriers are set up, not at the first copy.
         asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<u64>(&tmA)) : "memory");
@@ -219,6 +230,21 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
         mbar_init(smem_u32(&turn_bar[0]), 1);
         mbar_init(smem_u32(&turn_bar[1]), 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#if LITE && EARLY_LOAD
+        {
+            // An experiment (off in every filed kernel until a card measures it): the first unit's
+            // loads leave before the block-wide barrier and the work-unit arithmetic, so neither
+            // is on the path to the first k-tile landing. Thread 0 initialised the barriers itself
+            // (its fence orders the init before its copies); the other threads wait on them only
+            // after the barrier. Lite has no cluster: a unit per CTA, unit = blockIdx.x.
+            const int tm_ = (M + BM - 1) / BM, tn_ = (N + BN - 1) / BN;
+            int tm, tn, split, kt0, kt1;
+            unit_of(blockIdx.x, tm_, tn_, (K + 63) / 64, 0, tm, tn, split, kt0, kt1);
+            for (early_next = kt0; early_next < kt1 && early_next < kt0 + STAGES; ++early_next)
+                produce(&tmA, &tmB, ring, full0, empty0, tm, tn, early_next, 0, ps, pphase);
+            TL(TL_LOAD, true);
+        }
+#endif
     }
     cluster_sync();    // barriers initialised (and visible cluster-wide) before anyone uses them
     TL(TL_READY, threadIdx.x == TL_THREAD);
@@ -258,8 +284,6 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #else
     {
         const int c = wg;
-        int ps = 0;                  // thread 0's producer position in the ring
-        u32 pphase = 0;
 #endif
         const int warp = tig / 32, lane = tig % 32;
         const u32 stage_c = epi + c * EPI_BYTES;
@@ -287,10 +311,16 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #if LITE
             // Every slot is free at the start: issue the first STAGES k-tiles together.
             int next = kt0;
+#if EARLY_LOAD
+            if (u == cid) next = early_next;        // issued before the barrier (thread 0's value)
+            else
+#endif
             if (threadIdx.x == 0)
                 for (; next < kt1 && next < kt0 + STAGES; ++next)
                     produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next, rank, ps, pphase);
+#if !EARLY_LOAD
             TL(TL_LOAD, threadIdx.x == 0 && u == cid);
+#endif
 #endif
             for (int kt = kt0; kt < kt1; ++kt) {
                 mbar_wait(full0 + 8 * s, phase);

@@ -80,7 +80,7 @@ def test_the_committed_cases_parse_and_are_valid_specs():
     from cudal2.spec import validate
     lines = [l for l in (ROOT / "bench" / "timeline_cases.txt").read_text().splitlines()
              if l.strip() and not l.startswith("#")]
-    assert len(lines) == 18
+    assert len(lines) == 20
     for line in lines:
         shape, text, defines = ct.parse_case(line)
         spec = KernelSpec.parse(text)
@@ -199,9 +199,15 @@ VARIANT_SPECS = ("backend=cuda family=wgmma bm=64 bn=128 bk=64 warps=8 stages=8 
                  "backend=cuda family=wgmma bm=128 bn=128 bk=64 warps=12 stages=5 group_m=8 split_k=2 subtile=1 warp_spec=1 cluster=1")
 
 
+# EARLY_LOAD (lite only: the first loads before the block-wide barrier), with and without split-K.
+LITE_ONE = "backend=cuda family=wgmma bm=64 bn=16 bk=64 warps=4 stages=2 group_m=8 split_k=1 subtile=1 warp_spec=0 cluster=1"
+VARIANTS = [(t, d) for t in VARIANT_SPECS
+            for d in ({"RED_CHUNK": 64}, {"EXIT_RELAXED": 1}, {"RED_CHUNK": 2, "EXIT_RELAXED": 1})] + \
+           [(VARIANT_SPECS[1], {"EARLY_LOAD": 1}), (LITE_ONE, {"EARLY_LOAD": 1})]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("defines", [{"RED_CHUNK": 64}, {"EXIT_RELAXED": 1}, {"RED_CHUNK": 2, "EXIT_RELAXED": 1}])
-@pytest.mark.parametrize("text", VARIANT_SPECS)
+@pytest.mark.parametrize("text,defines", VARIANTS)
 @pytest.mark.parametrize("layout", ["nn", "nt"])
 def test_reduction_variants_pass_the_checker_and_are_deterministic(gpu_device, layout, text, defines):
     import torch
@@ -254,3 +260,28 @@ def test_the_probe_stage_names_what_exists():
         path, _, node = w.partition("::")
         assert (ROOT / path).is_file(), w
         assert not node or f"def {node}(" in (ROOT / path).read_text(), w
+
+
+def test_results_are_written_after_every_case(monkeypatch, tmp_path):
+    """A probe call stopped at its time limit (the process killed) keeps the cases it finished: the
+    JSON is rewritten after each case, `complete` false until the last."""
+    import json
+    import cudal2.device
+    import cudal2.versions
+    from cudal2.device import DeviceInfo
+    monkeypatch.setattr(cudal2.device, "current", lambda: DeviceInfo.target("sm_90a"))
+    monkeypatch.setattr(cudal2.versions, "source_commit", lambda: "abc1234")
+    monkeypatch.setattr(cudal2.versions, "collect", lambda: {})
+    calls = []
+
+    def run_case(shape, spec, defines, befores, repeat, dev):
+        calls.append(shape)
+        if len(calls) == 2:
+            raise KeyboardInterrupt      # the call's time limit: the process dies here
+        return {"shape": shape, "spec": spec, "defines": defines, "error": "stub: no GPU"}
+    monkeypatch.setattr(ct, "run_case", run_case)
+    with pytest.raises(KeyboardInterrupt):
+        ct.main(["--case", "64x64x64:nt|" + SPECS[0], "--case", "128x128x64:nt|" + SPECS[0], "--out", str(tmp_path)])
+    doc = json.loads((tmp_path / "cta_timeline_abc1234.json").read_text())
+    assert [r["shape"] for r in doc["results"]] == ["64x64x64:nt"] and doc["complete"] is False
+    assert doc["device_info"]["name"] == "target sm_90a"
