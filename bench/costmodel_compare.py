@@ -18,7 +18,6 @@ import argparse
 import contextlib
 import io
 import json
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -67,11 +66,8 @@ def main(argv=None) -> int:
         n = next(iter(per.values()))["shapes"]
         print(f"| {g} | {n} | " + " | ".join(f"{f['top1']:.3f} / {f['rho']:+.3f}" for f in per.values()) + " |")
     if a.out:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True).stdout.strip()
-        except OSError:
-            commit = ""
+        from cudal2.versions import source_commit
+        commit = source_commit()
         Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "commit": commit,
                                            "models": a.model, "figures": figs}, indent=1))
     return 0

@@ -23,12 +23,13 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+from cudal2.problems import Problem
 from cudal2.stats import SHAPE_CLASSES as CLASSES, shape_class   # the package's copy of ../shared/classes.py
+from cudal2.versions import source_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 BANDS = ((256, "K <= 256"), (1024, "K <= 1024"), (4096, "K <= 4096"), (None, "K > 4096"))
@@ -41,9 +42,8 @@ def band(k: int) -> str:
 
 
 def t_min_us(m: int, n: int, k: int, floor_us: float, peak_tflops: float, bw_tbs: float) -> float:
-    flops = 2.0 * m * n * k
-    nbytes = 2.0 * (m * k + k * n + m * n)
-    return max(floor_us, flops / (peak_tflops * 1e12) * 1e6, nbytes / (bw_tbs * 1e12) * 1e6)
+    p = Problem(m, n, k)
+    return max(floor_us, p.flops / (peak_tflops * 1e12) * 1e6, p.min_bytes / (bw_tbs * 1e12) * 1e6)
 
 
 def _geomean(xs):
@@ -53,13 +53,12 @@ def _geomean(xs):
 def rows(entries: dict, floor_us: float, peak_tflops: float, bw_tbs: float) -> list[dict]:
     out = []
     for key, e in entries.items():
-        shape, layout = key.split(":")[:2]
-        m, n, k = (int(x) for x in shape.split("x"))
+        p = Problem.parse(key)
         best, t = e.get("best_cublas_us"), e.get("time_us")
         if not best or not t:
             continue
-        tm = min(t_min_us(m, n, k, floor_us, peak_tflops, bw_tbs), t)
-        out.append({"problem": key, "layout": layout, "class": shape_class(m, n, k), "band": band(k),
+        tm = min(t_min_us(p.M, p.N, p.K, floor_us, peak_tflops, bw_tbs), t)
+        out.append({"problem": key, "layout": p.layout, "class": shape_class(p.M, p.N, p.K), "band": band(p.K),
                     "best_cublas_us": best, "time_us": t, "t_min_us": tm, "filed": best / t, "ceiling": best / tm,
                     "kernel": e.get("backend") != "cublas"})
     return out
@@ -120,8 +119,7 @@ def main(argv=None) -> int:
     md = markdown(t, {**limits, "set": "grid entries" if a.grid else "every entry"})
     print(md, end="")
     if a.out:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=ROOT).stdout.strip() or "nocommit"
+        commit = source_commit()
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         cmd = "python3 " + " ".join([str(Path(sys.argv[0]))] + (argv if argv is not None else sys.argv[1:]))

@@ -35,31 +35,23 @@ import argparse
 import dataclasses
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def other_prior(entry: dict | None) -> float | None:
-    """The best kernel's speedup over best-cublas that the entry's search found, or None."""
+def best_kernel(entry: dict | None) -> tuple[float, str] | None:
+    """(best-cublas / time, spec) of the best kernel the entry's search found (filed, or the best a
+    cuBLAS entry's search timed: `times.best_kernel_us` / `best_kernel_spec`), else None."""
     if not entry or not entry.get("best_cublas_us"):
         return None
     if entry.get("backend") != "cublas":
-        t = entry.get("time_us")
+        t, spec = entry.get("time_us"), entry.get("spec")
     else:
-        t = (entry.get("times") or {}).get("best_kernel_us")
-    return entry["best_cublas_us"] / t if t else None
-
-
-def other_spec(entry: dict | None) -> str | None:
-    """The spec of the best kernel the entry's search found (filed or not), or None."""
-    if not entry:
-        return None
-    if entry.get("backend") != "cublas":
-        return entry.get("spec") or None
-    return (entry.get("times") or {}).get("best_kernel_spec") or None
+        times = entry.get("times") or {}
+        t, spec = times.get("best_kernel_us"), times.get("best_kernel_spec")
+    return (entry["best_cublas_us"] / t, spec or None) if t else None
 
 
 def other_key(p) -> str:
@@ -70,9 +62,9 @@ def order(problems, entries: dict, use_other: bool, scorer) -> list[tuple[float,
     """[(prior, source, problem)], highest prior first; ties keep the grid's order."""
     out = []
     for i, p in enumerate(problems):
-        prior = other_prior(entries.get(other_key(p))) if use_other else None
-        if prior is not None:
-            out.append((prior, "other", i, p))
+        best = best_kernel(entries.get(other_key(p))) if use_other else None
+        if best is not None:
+            out.append((best[0], "other", i, p))
         else:
             out.append((scorer(p), "model", i, p))
     out.sort(key=lambda r: (-r[0], r[2]))
@@ -94,7 +86,8 @@ def main(argv=None) -> int:
     from cudal2.problems import grid
     from cudal2.rl.costmodel import CostModel
     from cudal2.rl.costrank import pool
-    from cudal2.rl.staged import model_seeds, split_k_variants, starved
+    from cudal2.rl.staged import cost_extras
+    from cudal2.versions import source_commit
     from cudal2.registry import target_for_key
 
     idx = json.loads(Path(a.registry).read_text())
@@ -104,30 +97,26 @@ def main(argv=None) -> int:
     model = CostModel.load(a.cost_model)
     if model.device_key != a.device:
         ap.error(f"--cost-model {a.cost_model} is for {model.device_key}, not {a.device}")
-    # The card's SM count (the model's): the pool then holds what `--seed-list cost:N` ranks there
-    # (rl/staged.kind_seeds: the wave model's 16 and, on starved shapes, the split-K variants).
+    # The card's SM count (the model's): the pool is then the one `--seed-list cost:N` ranks there.
     dev = dataclasses.replace(target_for_key(a.device), sm_count=model.sms)
     both = ("cuda", "triton")
 
     def scorer(p):
-        extra = model_seeds(16, p, dev, both) + (split_k_variants(p, dev, both) if starved(p, dev) else [])
-        specs = pool(p, dev, both, extra)
-        return math.exp(max(model.score(p, specs)))
+        return math.exp(max(model.score(p, pool(p, dev, both, cost_extras(p, dev, both)))))
 
     use_other = a.other_prior == "yes" or (a.other_prior == "auto" and a.layout == "nn")
     if a.leads_out and not use_other:
         ap.error("--leads-out takes the other layout's specs: it needs --other-prior yes (or auto with --layout nn)")
     rows = order(grid(a.layout), entries, use_other, scorer)
     cmd = "python3 bench/search_order.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = source_commit()
     lines = [f"# {cmd}  (commit {commit})",
              "# the grid in the order of a prior of its best kernel's speedup over best-cublas, highest first:",
              "# 'other' = the other layout's searched entry, 'model' = the cost model's best score over the pool"]
     lines += [f"{p.text}  # {src} {prior:.3f}" for prior, src, p in rows]
     Path(a.out).write_text("\n".join(lines) + "\n")
     if a.leads_out:
-        leads = [(p, other_spec(entries.get(other_key(p)))) for _, _, p in rows]
+        leads = [(p, (best_kernel(entries.get(other_key(p))) or (0, None))[1]) for _, _, p in rows]
         leads = [(p, t) for p, t in leads if t]
         Path(a.leads_out).write_text("\n".join(
             [f"# {cmd}  (commit {commit})",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cudal2.problems import Problem, ProblemError
-from cudal2.spec import KernelSpec, SpecError, violations
+from cudal2.spec import KernelSpec, SpecError, is_valid
 
 
 class LeadError(ValueError):
@@ -51,7 +51,7 @@ def valid_leads(leads: dict[str, list[KernelSpec]], problem: Problem, device, ba
     """(the problem's leads the validity rule accepts, and in the run's backends; how many it dropped)."""
     keep, dropped = [], 0
     for s in leads.get(problem.text, ()):
-        if (backends and s.backend not in backends) or violations(s, problem, device):
+        if (backends and s.backend not in backends) or not is_valid(s, problem, device):
             dropped += 1
         else:
             keep.append(s)

@@ -140,6 +140,13 @@ def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fix
     return out[:n]
 
 
+def cost_extras(problem: Problem, device, backends) -> list[KernelSpec]:
+    """What `cost:N` adds to the cost model's pool (rl/costrank.pool) beside the fixed list and the
+    random draws: the wave model's 16 and, on a starved shape, the split-K variants."""
+    extra = model_seeds(16, problem, device, backends)
+    return extra + (split_k_variants(problem, device, backends) if starved(problem, device) else [])
+
+
 def kind_seeds(n: int, problem: Problem, device, backends, kind: str, ranker, total: int) -> list[KernelSpec]:
     """n seeds of one kind without the decode lead (the efficiency study's cost method is the cost
     model alone); `total` is the whole seed list's length (auto gives split-K half of it)."""
@@ -147,9 +154,7 @@ def kind_seeds(n: int, problem: Problem, device, backends, kind: str, ranker, to
         if ranker is None:
             raise SeedListError("--seed-list cost:N needs a cost model (--cost-model PATH)")
         from .costrank import cost_seeds
-        extra = model_seeds(16, problem, device, backends)
-        extra += split_k_variants(problem, device, backends) if starved(problem, device) else []
-        return cost_seeds(n, problem, device, backends, ranker, extra)
+        return cost_seeds(n, problem, device, backends, ranker, cost_extras(problem, device, backends))
     if kind == "model":
         lead = model_seeds(n - n // 2, problem, device, backends)
         rest = [s for s in kind_seeds(n, problem, device, backends, "auto", None, total) if s not in lead]

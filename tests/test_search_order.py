@@ -20,14 +20,15 @@ def _module():
 so = _module()
 
 
-def test_other_prior_reads_the_best_kernel_the_entry_found():
-    assert so.other_prior({"backend": "cuda", "time_us": 8.0, "best_cublas_us": 10.0}) == pytest.approx(1.25)
+def test_best_kernel_reads_the_best_kernel_the_entry_found():
+    assert so.best_kernel({"backend": "cuda", "time_us": 8.0, "best_cublas_us": 10.0, "spec": "s1"}) == \
+        (pytest.approx(1.25), "s1")
     # a cuBLAS entry: its search's best kernel lost, by this much
-    assert so.other_prior({"backend": "cublas", "time_us": 10.0, "best_cublas_us": 10.0,
-                           "times": {"best_kernel_us": 12.5}}) == pytest.approx(0.8)
+    assert so.best_kernel({"backend": "cublas", "time_us": 10.0, "best_cublas_us": 10.0,
+                           "times": {"best_kernel_us": 12.5, "best_kernel_spec": "s2"}}) == (pytest.approx(0.8), "s2")
     # nothing to go by: an entry without its search's best, or none
-    assert so.other_prior({"backend": "cublas", "time_us": 10.0, "best_cublas_us": 10.0, "times": {}}) is None
-    assert so.other_prior(None) is None
+    assert so.best_kernel({"backend": "cublas", "time_us": 10.0, "best_cublas_us": 10.0, "times": {}}) is None
+    assert so.best_kernel(None) is None
 
 
 def test_order_prefers_the_other_layouts_result_and_falls_back_to_the_model():
