@@ -52,7 +52,7 @@ set -uo pipefail
 if [ "${1:-}" = pack ]; then       # CPU side: no device_env, no store checkpoint, nothing else
   mkdir -p .runpack
   keep=(run/grid.db run/grid.db.ckpt run/registry)
-  for f in run/grid_nn2.db run/grid_nn2.db.ckpt run/lt-autotune-*.json run/compare/compare_grid.rows.jsonl \
+  for f in run/grid_nn2.db run/grid_nn2.db.ckpt run/grid_nn_leads.db run/grid_nn_leads.db.ckpt run/lt-autotune-*.json run/compare/compare_grid.rows.jsonl \
            run/compare_nt/compare_grid.rows.jsonl; do
     [ -e "$f" ] && keep+=("$f")
   done
@@ -77,6 +77,9 @@ if [ ! -f run/grid.db ]; then
   if [ -f $G/grid_nn2_store.db.gz ]; then
     gunzip -c $G/grid_nn2_store.db.gz >run/grid_nn2.db && tar xzf $G/grid_nn2_policy_ckpt.tgz
   fi
+  if [ -f $G/grid_nn_leads_store.db.gz ]; then
+    gunzip -c $G/grid_nn_leads_store.db.gz >run/grid_nn_leads.db
+  fi
 fi
 # cuBLASLt autotune's choices (baselines.py's on-disk cache) travel in run/ too: the registry's
 # cuBLAS entries record the algorithm that won, so dispatch can run the same one.
@@ -87,8 +90,9 @@ seeds=${3:-auto:4}
 cap=${4:-300}
 # SEEDS cost:N ranks each shape's pool with the learned cost model (issue 21): the committed one
 # unless COST_MODEL names another `cudal2 train` checkpoint.
+COST_DEFAULT=bench/results/h200-sm90/costmodel/cost_h200_2859efc.pt
 costopt=()
-case "$seeds" in cost:*) costopt=(--cost-model "${COST_MODEL:-bench/results/h200-sm90/costmodel/cost_h200_2859efc.pt}") ;; esac
+case "$seeds" in cost:*) costopt=(--cost-model "${COST_MODEL:-$COST_DEFAULT}") ;; esac
 # One set's search: its shapes, layout, stride (coprime to the set's size) and extra flags. grid-nt
 # and grid-nn2 visit the grid in bench/search_order.py's order (the likeliest kernel wins first: the
 # nt entries' outcome for nn2, the cost model's for nt), so a session that ends part-way has searched
@@ -99,19 +103,29 @@ case "$seeds" in cost:*) costopt=(--cost-model "${COST_MODEL:-bench/results/h200
 # share one store and one registry: the store's search log is keyed by shape and layout, so --resume
 # skips what any earlier call finished, whichever set it was in.
 search_set() {   # search_set SET SECONDS
-  local set=$1 lim=$2 shapes layout stride extra=() store=run/grid.db
+  local set=$1 lim=$2 shapes layout stride extra=() store=run/grid.db budget=8 sl=$seeds co=("${costopt[@]}")
   case "$set" in
     grid-nn) shapes=grid; layout=nn; stride=7 ;;
     grid-nn2) shapes=bench/grid_nn2_order.txt; layout=nn; stride=1; store=run/grid_nn2.db
               extra=(--init-policy run/grid.db.ckpt/policy.pt --lead-specs bench/grid_nn2_leads.txt) ;;
+    # The nn grid's cheap pass: per shape only the nt search's best spec (the lead) and the cost
+    # model's best one, no policy group (budget 2 = the seed list), in grid-nn2's order and a store
+    # of its own (run/grid_nn_leads.db, so a later grid-nn2 still searches every shape). The
+    # estimate behind it (CPU, the Hopper sweeps, NOTES 2026-12-04 late night): the nt-best spec was
+    # within 2% of the nn-best on 480 of 539 shapes. Not measured as a search: at ~1.2 s per shape
+    # (2 of run 59's ~9 evaluations, plus the baselines) all 1000 would take ~20 device minutes
+    # where grid-nn2 needs ~55.
+    grid-nn-leads) shapes=bench/grid_nn2_order.txt; layout=nn; stride=1; store=run/grid_nn_leads.db
+              budget=2; sl=cost:2; co=(--cost-model "${COST_MODEL:-$COST_DEFAULT}")
+              extra=(--init-policy run/grid.db.ckpt/policy.pt --lead-specs bench/grid_nn2_leads.txt) ;;
     grid-nt) shapes=bench/grid_nt_order.txt; layout=nt; stride=1 ;;
     models)  shapes=bench/model_set.txt; layout=nt; stride=11; extra=(--m-buckets) ;;
-    *) echo "unknown SET $set (grid-nn | grid-nt | models | grid-nn2)"; return 2 ;;
+    *) echo "unknown SET $set (grid-nn | grid-nt | models | grid-nn2 | grid-nn-leads)"; return 2 ;;
   esac
   n=$(ls "$OUT"/generate_*.log 2>/dev/null | wc -l)
   capopt=(); [ "$cap" != 0 ] && capopt=(--screen-max-calls "$cap")
   timeout $((${lim%.*} + 45)) cudal2 generate --shapes "$shapes" --layout "$layout" --stride "$stride" \
-    --backend both --budget 8 --group 4 --seed-list "$seeds" "${costopt[@]}" "${capopt[@]}" --screen-ms 10 --full-ms 30 \
+    --backend both --budget "$budget" --group 4 --seed-list "$sl" "${co[@]}" "${capopt[@]}" --screen-ms 10 --full-ms 30 \
     --recheck 1 "${extra[@]}" --store "$store" --registry run/registry --resume --time-limit "$lim" \
     >"$OUT/generate_$n.log" 2>"$OUT/generate_$n.err"
   local rc=$?

@@ -48,8 +48,13 @@ CASES = [
     ("cuda", "wgmma", "bm=64 bn=128 warps=4 stages=4 warp_spec=0 split_k=4"),
     ("cuda", "wgmma", "bm=128 bn=128 warps=8 stages=3 warp_spec=0 split_k=2"),
     ("cuda", "wgmma", "bm=64 bn=64 warps=4 stages=2 warp_spec=0 split_k=8"),
+    # split_k off the powers of two (clusters of 3 / 6; mma's and Triton's workspaces of 3 slices).
+    ("cuda", "wgmma", "bm=64 bn=64 warps=8 stages=12 split_k=3"),
+    ("cuda", "wgmma", "bm=64 bn=64 warps=4 stages=2 warp_spec=0 split_k=6"),
+    ("cuda", "mma", "bm=64 bn=64 bk=32 warps=4 stages=4 split_k=3"),
     ("triton", "tiled", None),
     ("triton", "tiled", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2"),
+    ("triton", "tiled", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=3"),
     ("triton", "persistent", None),
 ]
 
@@ -165,6 +170,22 @@ def test_wgmma_split_k_is_deterministic_and_stream_safe(gpu_device, layout, text
     """Split-K in one launch: the last K slice of a tile sums all partials in slice order, so two
     runs are bit-identical; the counters reset themselves (a second launch needs no memset), and
     two streams running the same kernel at once each get their own workspace."""
+    _split_k_determinism(gpu_device, layout, text)
+
+
+# split_k off the powers of two (2026-12-05): clusters of 3, 6 and 12 K slices (12 past the portable
+# 8), uneven K slices and reduction shares (VPS = ceil(NV / SPLIT_K)); the workspace path (ping-pong)
+# with 3. A test of its own so the probe stage (bench/device_run.sh) can run just these.
+@pytest.mark.parametrize("text", ["bm=64 bn=96 warps=8 stages=10 split_k=3",
+                                  "bm=128 bn=64 warps=12 stages=6 split_k=6",
+                                  "bm=64 bn=48 warps=4 stages=8 warp_spec=0 split_k=12",
+                                  "bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=3"])
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_split_k_off_powers_of_two(gpu_device, layout, text):
+    _split_k_determinism(gpu_device, layout, text)
+
+
+def _split_k_determinism(gpu_device, layout, text):
     import torch
     from cudal2.check import make_inputs, reference, rel_error
     p = Problem(256, 384, 8192, layout)              # 6 tiles of 128x128: starved, deep K

@@ -171,18 +171,20 @@ def test_cost_seeds_follow_the_model(stub_rows, tmp_path):
 # a line, first 16 hex digits). Shapes where most draws are invalid (a family runs out of its tries)
 # included, so the rejection path and the rng's sequence past it are held too.
 DRAWN_BEFORE = [
-    # nn on sm_90a moved when wgmma nn took any BN multiple of 16 (2026-12-04 night; before:
-    # 359 / 8a70248a4694f9aa and 75 / 60394c1b7fa9ad4f): recomputed, the other eight are fc2314b's.
-    ((4096, 4096, 4096), "sm_90a", None, 512, 409, "52ed4b3ffa6cc796"),
-    ((4096, 4096, 4096), "sm_80", ("cuda",), 160, 53, "0519d3271cd611e9"),
-    ((64, 12288, 12288, "nt"), "sm_90a", None, 512, 512, "5fe4a237a1c2b066"),
-    ((64, 12288, 12288, "nt"), "sm_90a", ("triton",), 96, 96, "ea0a4385bbd4d696"),
-    ((128, 64, 256, "nt"), "sm_90a", ("cuda",), 160, 160, "abb4ab3b70ea046d"),
-    ((128, 64, 256, "nt"), "sm_80", None, 512, 308, "a7c0f1eba642aa76"),
-    ((100, 17, 1000), "sm_90a", None, 512, 308, "fd0cccdfe3f7b3af"),
-    ((1, 4096, 4096, "nt"), "sm_90a", None, 512, 512, "a6c65af73cea74cc"),
-    ((3000, 1000, 17), "sm_90a", None, 512, 205, "9aed5ada45036793"),
-    ((8192, 128, 16384), "sm_90a", ("cuda",), 160, 106, "bcd928580622ba8b"),
+    # All ten moved when split_k took 3, 6 and 12 (2026-12-05): recomputed with fc2314b's slow form
+    # (a KernelSpec per draw, `violations` listing every rule) on the new grammar, which drew the
+    # same lists as the fast form for all ten. (Before that, nn on sm_90a moved when wgmma nn took
+    # any BN multiple of 16, 2026-12-04 night.)
+    ((4096, 4096, 4096), "sm_90a", None, 512, 409, "d20f634eff942e44"),
+    ((4096, 4096, 4096), "sm_80", ("cuda",), 160, 53, "3056f7feb8110ea9"),
+    ((64, 12288, 12288, "nt"), "sm_90a", None, 512, 512, "efeff03fc728b3d7"),
+    ((64, 12288, 12288, "nt"), "sm_90a", ("triton",), 96, 96, "fa2cbc33a3a26a8c"),
+    ((128, 64, 256, "nt"), "sm_90a", ("cuda",), 160, 145, "0d4c173e4724c28a"),
+    ((128, 64, 256, "nt"), "sm_80", None, 512, 308, "b309eb0ec620fc4f"),
+    ((100, 17, 1000), "sm_90a", None, 512, 308, "b645bdb13b108f9e"),
+    ((1, 4096, 4096, "nt"), "sm_90a", None, 512, 512, "abb59ed23b988972"),
+    ((3000, 1000, 17), "sm_90a", None, 512, 205, "125dc9a60d7a84e9"),
+    ((8192, 128, 16384), "sm_90a", ("cuda",), 160, 106, "f82e6f40f613827b"),
 ]
 
 

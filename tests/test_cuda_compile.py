@@ -67,6 +67,16 @@ SPECS = [
     ("family=wgmma bm=64 bn=208 warps=12 stages=5 warp_spec=2", "nn"),
     ("family=wgmma bm=64 bn=48 warps=8 stages=15 split_k=8", "nn"),
     ("family=wgmma bm=64 bn=16 warps=4 stages=8 warp_spec=0 split_k=4", "nn"),
+    # split_k off the powers of two: clusters of 3, 6 and 12 K slices (12 past the portable 8),
+    # slices sharing the reduction unevenly (VPS = ceil(NV / SPLIT_K)), cooperative and lite; the
+    # workspace path (ping-pong) and mma's blockIdx.z split with 3 and 6.
+    ("family=wgmma bm=64 bn=64 warps=8 stages=13 split_k=3", "nt"),
+    ("family=wgmma bm=64 bn=96 warps=8 stages=10 split_k=6", "nn"),
+    ("family=wgmma bm=64 bn=48 warps=4 stages=8 warp_spec=0 split_k=12", "nt"),
+    ("family=wgmma bm=128 bn=64 warps=8 stages=6 warp_spec=0 split_k=3", "nn"),
+    ("family=wgmma bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=3", "nt"),
+    ("family=mma bm=64 bn=64 bk=32 warps=4 stages=4 split_k=6", "nn"),
+    ("family=mma bm=32 bn=64 bk=32 warps=4 stages=3 split_k=3", "nt"),
 ]
 
 

@@ -28,6 +28,8 @@ SPECS = [
     "bm=128 bn=16 warps=8 stages=2 split_k=2",
     "bm=32 bn=64 warps=8 stages=2 split_k=2",
     "bm=64 bn=32 warps=4 stages=2 split_k=8",
+    "bm=32 bn=16 warps=8 stages=3 split_k=3",               # split_k off the powers of two
+    "bm=64 bn=16 warps=4 stages=2 split_k=6",
 ]
 
 

@@ -14,12 +14,13 @@ from cudal2.spec import KernelSpec, validate
 
 pytestmark = pytest.mark.gpu
 
-# Specs: a split-K default-like one, one without split-K, a wide-token one, a large-tile one.
+# Specs: a split-K default-like one, one without split-K, a wide-token one, a large-tile one, a split of 3.
 SPECS = {
     "s4": "bm=64 bn=16 warps=8 stages=3 split_k=4",
     "s1": "bm=32 bn=32 warps=4 stages=4 split_k=1",
     "t64": "bm=32 bn=64 warps=8 stages=2 split_k=2",
     "b128": "bm=128 bn=16 warps=4 stages=2 split_k=8",
+    "s3": "bm=32 bn=16 warps=8 stages=3 split_k=3",          # split_k off the powers of two (2026-12-05)
 }
 MS = (1, 2, 3, 7, 16, 33, 64)
 NK = ((64, 64), (1000, 1000), (4096, 4096), (14336, 4096), (4096, 14336), (64, 14336), (1000, 4096))

@@ -33,6 +33,8 @@ CASES = [
     ("persistent-st1", "family=persistent bm=32 bn=32 bk=16 warps=4 stages=2 group_m=4 subtile=1", "100x40x72"),
     ("persistent-st2", "family=persistent bm=32 bn=32 bk=16 warps=4 stages=2 group_m=4 subtile=2", "17x48x24"),
     ("persistent-ws", "family=persistent bm=64 bn=32 bk=16 warps=8 stages=2 subtile=2 warp_spec=1", "1x64x40"),
+    # 7 K-tiles over 3 slices: 3 + 3 + 1 (the split grammar takes 3 / 6 / 12 since 2026-12-05)
+    ("tiled-sk3", f"family=tiled {SMALL} split_k=3", "17x100x100"),
 ]
 LAYOUTS = ("nn", "nt")
 EDGE_SIZES = (1, 17, 100)

@@ -13,9 +13,9 @@ family=wgmma (CUDA, sm_90a; kernels_cuda/wgmma.cu): bm 64/128/256 over the consu
 any multiple of 16 (nn: B's N-major tile in TMA boxes of 64/32/16 columns, `nn_b_cols`), bk 64,
 warps 8 (one consumer warpgroup) or 12 (two) beside the producer warpgroup (lite: 4 or 8, no
 producer), warp_spec 1 = cooperative consumers, 2 = ping-pong, 0 = lite (one CTA per work unit, the
-tiny-shape schedule); split_k = K slices reduced in the same launch in a fixed order (lite and
-cooperative: inside a cluster of the slices through distributed shared memory; ping-pong and
-cluster=2: through a global workspace), cluster 2 = two CTAs sharing one operand tile by TMA
+tiny-shape schedule); split_k = K slices (1-16, powers of two and 3 / 6 / 12) reduced in the same
+launch in a fixed order (lite and cooperative: inside a cluster of the slices through distributed
+shared memory; ping-pong and cluster=2: through a global workspace), cluster 2 = two CTAs sharing one operand tile by TMA
 multicast, each loading half of it into both: the larger tile (bm > bn: A, the pair along N; else B,
 the pair along M; `KernelSpec.cluster_shares_a`), stages up to what shared memory holds beside the
 epilogue's staging; subtile 2 = the epilogue stages half the tile's columns at a time (half the
@@ -54,7 +54,9 @@ CHOICES: dict[str, tuple] = {
     # fit 13 stages in 227 KB, thin ones more.
     "stages": tuple(range(2, 21)),
     "group_m": (1, 4, 8, 16),
-    "split_k": (1, 2, 4, 8, 16),
+    # Non-powers of two too: clusters of 3 / 6 / 12 K slices may fill more of the GPCs than 2 / 4 / 8 / 16
+    # (a cluster cannot span GPCs, and the H200 holds only 120 CTAs in clusters of 4 or 8: run 59).
+    "split_k": (1, 2, 3, 4, 6, 8, 12, 16),
     "subtile": (1, 2),
     # Triton: 0/1 = the warp-specialisation hint. wgmma: 1 = cooperative consumers (they split each
     # tile's rows), 2 = ping-pong (they take alternate tiles: one's epilogue overlaps the other's MMAs),

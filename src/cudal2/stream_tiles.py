@@ -24,7 +24,7 @@ from .device import DeviceInfo
 from .problems import Problem
 from .spec import STREAM_BM, STREAM_MAX_ACC, STREAM_MAX_STAGES, STREAM_MAX_SMALL, KernelSpec, is_valid, stream_smem
 
-_SPLITS = (1, 2, 4, 8, 16)
+_SPLITS = (1, 2, 4, 8, 16)   # the measured rule's splits (the grammar has 3 / 6 / 12 too: the search tries them)
 _FILL = 0.45        # split K until the CTAs cover this share of the SMs (measured above)
 _REGS_FLOOR = 64    # registers per thread at least (ptxas: 48-229 over the stream specs compiled)
 
