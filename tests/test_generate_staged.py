@@ -90,6 +90,25 @@ def test_seeds_first_then_policy_then_full_recheck_of_the_fastest(fake_gpu, tmp_
     assert log["winner_spec"] == win.spec and log["filed"].startswith("filed")
 
 
+def test_seeds_computed_ahead_reach_their_own_shape(fake_gpu, tmp_path):
+    """generate computes the next shapes' seeds on a thread while one shape is measured: each shape
+    must still get its own list, first and in order. Each shape's lead spec (--lead-specs) is a
+    different one, so a list handed to the wrong shape shows."""
+    fake_gpu(HashClock())
+    db, reg, leads = tmp_path / "run.db", tmp_path / "reg", tmp_path / "leads.txt"
+    want = {}
+    for p in SHAPES:
+        fixed = [s.text for s in FixedListPolicy.candidates(p, HOPPER)]
+        lead = next(t for t in fixed[1:] if t not in {w[0] for w in want.values()})
+        want[p.text] = [lead, fixed[0]]           # the lead, then fixed:2's first (N counts the lead)
+    leads.write_text("".join(f"{k}|{w[0]}\n" for k, w in want.items()))
+    r = _invoke("--shapes", ",".join(p.shape for p in SHAPES), "--budget", 2, "--group", 4, "--seed-list", "fixed:2",
+                "--lead-specs", leads, "--recheck", 1, "--store", db, "--registry", reg)
+    assert r.exit_code == 0, r.output
+    for p in SHAPES:
+        assert [m.spec for m in _rows(db, p, "screen")] == want[p.text]
+
+
 def test_a_winner_failing_the_full_check_gives_way_to_the_next(fake_gpu, tmp_path):
     p = SHAPES[1]
     fixed = FixedListPolicy.candidates(p, HOPPER)[:8]
