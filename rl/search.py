@@ -230,7 +230,14 @@ class Search:
             self.on_event("problem_done", problem=st["problem"], result=st["res"])
 
     def _advance(self, st, first=()) -> None:
-        group, extra = self._propose(st["problem"], st["known"], st["alias"])
+        unknown_first = {s.spec.text for s in first if s.spec is not None
+                         and st["alias"].get(s.spec.text, s.spec.text) not in st["known"]}
+        if first and len(unknown_first) >= st["budget"] - len(st["res"].evaluated):
+            # The seeds alone fill the budget (e.g. generate --budget 2 with a lead and one cost
+            # seed): a policy group would be sampled only to be cut off unevaluated.
+            group, extra = [], []
+        else:
+            group, extra = self._propose(st["problem"], st["known"], st["alias"])
         if not group and not extra and not first:
             st["stale"] = self.patience      # a fixed list that ran out
         else:

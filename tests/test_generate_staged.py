@@ -109,6 +109,25 @@ def test_seeds_computed_ahead_reach_their_own_shape(fake_gpu, tmp_path):
         assert [m.spec for m in _rows(db, p, "screen")] == want[p.text]
 
 
+def test_seeds_that_fill_the_budget_leave_the_policy_unasked(fake_gpu, tmp_path, monkeypatch):
+    """--budget 2 with two seeds (generate's cheap pass: a lead and a cost seed): a policy group
+    would be cut off unevaluated, so none is sampled; with room left the policy fills it."""
+    from cudal2.rl.policy import SpecPolicy
+    calls = []
+    real = SpecPolicy.sample
+    monkeypatch.setattr(SpecPolicy, "sample", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    fake_gpu(HashClock())
+    p = SHAPES[0]
+    r = _invoke("--shapes", p.shape, "--budget", 2, "--group", 4, "--seed-list", "fixed:2", "--recheck", 1,
+                "--store", tmp_path / "a.db", "--registry", tmp_path / "ra")
+    assert r.exit_code == 0, r.output
+    assert len(_rows(tmp_path / "a.db", p, "screen")) == 2 and not calls
+    r = _invoke("--shapes", p.shape, "--budget", 4, "--group", 4, "--seed-list", "fixed:2", "--recheck", 1,
+                "--store", tmp_path / "b.db", "--registry", tmp_path / "rb")
+    assert r.exit_code == 0, r.output
+    assert len(_rows(tmp_path / "b.db", p, "screen")) == 4 and calls
+
+
 def test_a_winner_failing_the_full_check_gives_way_to_the_next(fake_gpu, tmp_path):
     p = SHAPES[1]
     fixed = FixedListPolicy.candidates(p, HOPPER)[:8]
