@@ -43,6 +43,10 @@
 // RED_CHUNK, EXIT_RELAXED: experiments on the cluster split-K's reduction, off (1, 0) in every filed
 // kernel until a card measures them (bench/timeline_cases.txt; NOTES 2026-12-04 night). EARLY_LOAD:
 // the same for the lite schedule's first loads (issued before the block-wide barrier), off (0).
+// A_TRIM (off, 0): with M < BM (decode: a few tokens) A's TMA box is M rows tall, not BM, so no
+// out-of-bounds rows are zero-filled per k-tile; the ring's rows >= M keep stale values, which reach
+// only C rows >= M, never stored. The launcher sees the module's `cudal2_a_trim` symbol and encodes
+// A's map with the same height (backends/cuda_launch.py); single-CTA A loads only (no 2-CTA cluster).
 // TIMELINE=1 (bench/cta_timeline.py only; never in a filed kernel): each CTA stamps %globaltimer and
 // %clock64 at the events TL_* below into the module's global `cudal2_timeline`, for its first work
 // unit: where a short kernel's time goes (prologue, first load, MMAs, reduction, store, exit).
@@ -91,6 +95,17 @@
 #ifndef EARLY_LOAD
 #define EARLY_LOAD 0    // lite: thread 0 issues the first loads before the block-wide barrier (see there)
 #endif
+#ifndef A_TRIM
+#define A_TRIM 0        // A's TMA box only M rows tall when M < BM (see the header)
+#endif
+#if A_TRIM
+#if CLUSTER > 1
+#error "A_TRIM: a 2-CTA cluster loads A in halves of BM / CLUSTER rows"
+#endif
+__device__ int cudal2_a_trim;   // the launcher's sign that A's box is a_rows(M) tall
+#endif
+// Bytes of one k-tile of A that land in the ring: what the mbarrier's transaction count expects.
+DEVI u32 a_tx_bytes(int M) { return (A_TRIM && M < BM) ? (u32)M * 128u : (u32)A_BYTES; }
 #define TL_ENTRY 0      // consumer 0's first thread enters the kernel
 #define TL_READY 1      // barriers initialised (after the cluster-wide sync)
 #define TL_LOAD 2       // the producer thread has issued its first load(s) (lite: the first STAGES)
@@ -159,10 +174,10 @@ DEVI void ring_advance(int& s, u32& phase, int n) {
 
 // Load k-tile kt of tile (tm, tn) into ring slot s once its consumers have released it.
 DEVI void produce(const TensorMap* tmA, const TensorMap* tmB, u32 ring, u32 full0, u32 empty0, int tm, int tn,
-                  int kt, u32 rank, int& s, u32& phase) {
+                  int kt, u32 rank, int& s, u32& phase, u32 a_tx) {
     mbar_wait(empty0 + 8 * s, phase ^ 1);
     const u32 fb = full0 + 8 * s, sa = ring + s * STAGE_BYTES, sb = sa + A_BYTES;
-    mbar_expect_tx(fb, STAGE_BYTES);
+    mbar_expect_tx(fb, a_tx + B_BYTES);
 #if MC_A
     // Half of the shared A tile's rows from each CTA, into both; B is this CTA's own.
     tma_load_mc(sa + rank * (A_BYTES / CLUSTER), tmA, kt * 64, tm * BM + rank * (BM / CLUSTER), fb,
@@ -241,7 +256,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             int tm, tn, split, kt0, kt1;
             unit_of(blockIdx.x, tm_, tn_, (K + 63) / 64, 0, tm, tn, split, kt0, kt1);
             for (early_next = kt0; early_next < kt1 && early_next < kt0 + STAGES; ++early_next)
-                produce(&tmA, &tmB, ring, full0, empty0, tm, tn, early_next, 0, ps, pphase);
+                produce(&tmA, &tmB, ring, full0, empty0, tm, tn, early_next, 0, ps, pphase, a_tx_bytes(M));
             TL(TL_LOAD, true);
         }
 #endif
@@ -269,7 +284,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 int tm, tn, split, kt0, kt1;
                 unit_of(u, ctiles_m, ctiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
                 for (int kt = kt0; kt < kt1; ++kt) {
-                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt, rank, s, phase);
+                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt, rank, s, phase, a_tx_bytes(M));
                     TL(TL_LOAD, u == cid && kt == kt0);
                 }
             }
@@ -317,7 +332,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #endif
             if (threadIdx.x == 0)
                 for (; next < kt1 && next < kt0 + STAGES; ++next)
-                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next, rank, ps, pphase);
+                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next, rank, ps, pphase, a_tx_bytes(M));
 #if !EARLY_LOAD
             TL(TL_LOAD, threadIdx.x == 0 && u == cid);
 #endif
@@ -353,7 +368,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #if LITE
                     // The slot just released takes the next k-tile (once every warpgroup let go).
                     if (threadIdx.x == 0 && next < kt1)
-                        produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next++, rank, ps, pphase);
+                        produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next++, rank, ps, pphase, a_tx_bytes(M));
 #endif
                 }
                 prev = s;

@@ -161,6 +161,26 @@ def test_wgmma_odd_bn(gpu_device, layout, text):
     assert report.passed, "\n".join(r.line() for r in report.results)
 
 
+# A_TRIM=1 (wgmma.cu, an experiment off in every filed kernel): A's TMA box M rows tall when M < BM,
+# the ring's rows >= M left stale. The full checker (its edges run the same kernel at M 1, 17, 100 ...)
+# at decode-like M, each schedule and split-K path.
+@pytest.mark.parametrize("text", ["bm=64 bn=64 warps=8 stages=13 split_k=2",
+                                  "bm=64 bn=128 warps=4 stages=6 warp_spec=0",
+                                  "bm=128 bn=64 warps=12 stages=6",
+                                  "bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=3"])
+@pytest.mark.parametrize("M", [1, 33])
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_a_trim(gpu_device, layout, M, text):
+    from cudal2.backends import get_backend
+    p = Problem(M, 384, 1000, layout)
+    spec = validate(KernelSpec.parse(f"backend=cuda family=wgmma {text}"), p, gpu_device)
+    be = get_backend("cuda")
+    kernel = be.load(be.compile_source(spec, "#define A_TRIM 1\n" + be.render(spec, p), gpu_device.arch, layout))
+    assert kernel.a_trim
+    report = check_kernel(kernel, p, "cuda")
+    assert report.passed, "\n".join(r.line() for r in report.results)
+
+
 @pytest.mark.parametrize("text", ["bm=128 bn=128 warps=12 stages=5 split_k=16",
                                   "bm=128 bn=64 warps=12 stages=6 split_k=4 cluster=2",
                                   "bm=64 bn=128 warps=4 stages=8 warp_spec=0 split_k=8",

@@ -230,6 +230,27 @@ def test_sass_uses_tensor_cores_and_no_local_memory(backend, hopper, sass, famil
         assert "LDGSTS" in sass and "LDSM" in sass          # cp.async and ldmatrix
 
 
+@pytest.mark.parametrize("text,layout", [
+    ("bm=64 bn=64 warps=8 stages=13 split_k=2", "nt"),          # cooperative, cluster split-K
+    ("bm=64 bn=128 warps=4 stages=6 warp_spec=0", "nn"),        # lite
+    ("bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=3", "nt"),   # ping-pong, workspace split-K
+    ("bm=128 bn=64 warps=12 stages=6", "nt"),                   # two consumer warpgroups
+])
+def test_a_trim_compiles_without_spills_and_says_so(backend, text, layout):
+    """A_TRIM=1 (wgmma.cu: A's box M rows tall when M < BM) compiles for sm_90a without spills and
+    carries the symbol the launcher looks for; a 2-CTA cluster (A loaded in halves) is refused."""
+    spec = _spec("family=wgmma " + text)
+    art = backend.compile_source(spec, "#define A_TRIM 1\n" + backend.render(spec, Problem(7, 4096, 4096, layout)),
+                                 "sm_90a", layout)
+    assert art.meta["spills_bytes"] == 0 and art.meta["stack_bytes"] == 0, art.meta["log"]
+    assert b"cudal2_a_trim" in art.binary
+    plain = backend.compile(spec, Problem(7, 4096, 4096, layout), DeviceInfo.target("sm_90a"))
+    assert b"cudal2_a_trim" not in plain.binary
+    pair = _spec("family=wgmma bm=128 bn=128 warps=12 stages=5 cluster=2")
+    with pytest.raises(CompileError, match="A_TRIM"):
+        backend.compile_source(pair, "#define A_TRIM 1\n" + backend.render(pair, BIG), "sm_90a", "nn")
+
+
 def test_cli_compile_only(tmp_path):
     env = {**os.environ, "CUDAL2_CACHE_DIR": str(tmp_path)}
     for extra in ([], ["--family", "wgmma", "--layout", "nt"]):

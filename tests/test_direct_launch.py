@@ -385,5 +385,26 @@ def test_cuda_bind_packs_what_run_packs(monkeypatch, family, text, shape, layout
             assert got[1][0] == -(-M // k.spec.bm) * -(-N // k.spec.bn) * k.spec.split_k
 
 
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_a_trim_kernels_get_an_a_box_of_m_rows(monkeypatch, layout):
+    """A wgmma module built with A_TRIM=1 counts M rows of A per k-tile when M < BM (wgmma.cu's
+    a_tx_bytes): its A tensor map must be that tall, or the ring's barrier never completes. Without
+    the symbol (every filed kernel) the box stays BM rows. B's map is the same either way."""
+    k, _ = _stand_in_kernel("wgmma", layout, "bm=128 bn=64 warps=8 stages=6 warp_spec=0", monkeypatch)
+    K, N = 256, 64
+    bshape = (K, N) if layout == "nn" else (N, K)
+
+    def boxes(M, trim):
+        k.a_trim, k._tmaps = trim, {}
+        ta, tb = k._tensor_maps(M, N, K, bshape, 4096, 8192)
+        return [m.rstrip(b"\0").decode().split("/")[3:] for m in (ta, tb)]
+    for M in (1, 7, 100, 127):
+        (a_in, a_rows), b = boxes(M, True)
+        assert (a_in, a_rows) == ("64", str(M)) and b == boxes(M, False)[1]
+        assert boxes(M, False)[0] == ["64", "128"]
+    for M in (128, 129, 1000):
+        assert boxes(M, True)[0] == ["64", "128"]
+
+
 if __name__ == "__main__" and "--worker" in sys.argv:
     _worker()

@@ -78,6 +78,10 @@ class CudaKernel:
             np_attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
             check(d.cuFuncSetAttribute(self.funcs["cudal2_wgmma"], np_attr, 1),
                   f"cuFuncSetAttribute(cudal2_wgmma, non-portable cluster of {self.spec.split_k})")
+        if self.family == "wgmma":
+            # A kernel built with A_TRIM=1 (wgmma.cu) expects A's box M rows tall when M < BM: its
+            # module says so by a symbol, so the maps below always match the transaction count.
+            self.a_trim = d.cuModuleGetGlobal(self.module, b"cudal2_a_trim")[0] == d.CUresult.CUDA_SUCCESS
         self.sm_count = self.device_info.sm_count     # read once by cudal2.device, not asked again
         self.threads = self.spec.warps * 32
         if self.family == "wgmma" and self.spec.cluster > 1:
@@ -196,7 +200,7 @@ class CudaKernel:
         sp = self.spec
         # A 2-CTA cluster loads the shared tile in halves, one per CTA (kernels_cuda/wgmma.cu).
         ca, cb = (sp.cluster, 1) if sp.cluster_shares_a else (1, sp.cluster)
-        ta = _encode(pa, K, M, 64, sp.bm // ca)
+        ta = _encode(pa, K, M, 64, a_box_rows(sp.bm // ca, M, self.a_trim))
         tb = _encode(pb, K, N, 64, sp.bn // cb) if self.layout == "nt" else _encode(pb, N, K, sp.nn_b_cols, 64 // cb)
         if len(self._tmaps) >= _TMAP_CACHE_MAX:
             self._tmaps.clear()
@@ -222,6 +226,8 @@ class CudaKernel:
 
     # CTAs a persistent cluster launch may have resident at once (None: one per SM).
     cluster_ctas: int | None = None
+    # wgmma built with A_TRIM=1 (read off the module when loaded).
+    a_trim: bool = False
 
     def _cluster_capacity(self) -> int:
         """CTAs in the clusters that fit on the device at once (cuOccupancyMaxActiveClusters): a
@@ -388,6 +394,12 @@ class CudaKernel:
                 check(res, f"cuLaunchKernel(cudal2_wgmma {M}x{N}x{K}, grid=({g0}, 1, 1), block={threads})")
         run.keep = (args, slots)        # bare addresses in args: keep every slot object alive
         return run
+
+
+def a_box_rows(rows: int, M: int, trim: bool) -> int:
+    """The height of A's TMA box: the tile's rows, or M where the kernel trims A (A_TRIM) and M is
+    shorter; wgmma.cu's a_tx_bytes counts the same rows."""
+    return M if trim and M < rows else rows
 
 
 def _encode(ptr: int, inner: int, outer: int, box_inner: int, box_outer: int) -> bytes:
