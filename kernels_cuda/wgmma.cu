@@ -102,7 +102,7 @@
 #if CLUSTER > 1
 #error "A_TRIM: a 2-CTA cluster loads A in halves of BM / CLUSTER rows"
 #endif
-__device__ int cudal2_a_trim;   // the launcher's sign that A's box is a_rows(M) tall
+__device__ int cudal2_a_trim;   // tells the launcher to encode A's box M rows tall when M < BM
 #endif
 // Bytes of one k-tile of A that land in the ring: what the mbarrier's transaction count expects.
 DEVI u32 a_tx_bytes(int M) { return (A_TRIM && M < BM) ? (u32)M * 128u : (u32)A_BYTES; }

@@ -363,10 +363,9 @@ def _search(pol, shared, device, device_key, store, run_id, problems, o):
     # of 8 grid shapes with a sleeping evaluator, 2 cores, 2026-12-05: the main thread then waited
     # 0.04 s for the first shape's and 0 for the others). Same seeds, same order, same registry
     # (30-shape replays before / after, budget 8 cost:4 and budget 2 with leads).
-    ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal2-seeds")
-    fut = {j: ahead.submit(seeds, todo[j]) for j in range(min(2, len(todo)))}
-    nxt = fut.pop(0).result() if todo else ([], 0)
-    with prog, ahead:
+    with prog, ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal2-seeds") as ahead:
+        fut = {j: ahead.submit(seeds, todo[j]) for j in range(min(2, len(todo)))}
+        nxt = fut.pop(0).result() if todo else ([], 0)
         for i, p in enumerate(todo):
             if o["deadline"] is not None and time.monotonic() > o["deadline"]:
                 left = len(todo) - i
