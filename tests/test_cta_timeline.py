@@ -1,7 +1,6 @@
 """bench/cta_timeline.py and the wgmma family's TIMELINE stamps, on the CPU: the summary's
 arithmetic on hand-made stamps, the case parser, and (NVRTC, no GPU) that the stamps compile in and
 cost nothing when off, which is what lets every filed wgmma kernel carry the TL() call sites."""
-import importlib.util
 import re
 from pathlib import Path
 
@@ -9,11 +8,10 @@ import pytest
 
 from cudal2.kernels_cuda import render
 from cudal2.spec import KernelSpec
+from bench_import import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("cta_timeline", ROOT / "bench" / "cta_timeline.py")
-ct = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ct)
+ct = load_bench("cta_timeline")
 
 # A lite split-K spec (cluster reduction, no TMA store), a persistent cooperative tile, a ping-pong
 # workspace split-K and a 2-CTA cluster sharing A: the paths the stamps sit on.
@@ -125,9 +123,7 @@ def test_stamps_compile_in_and_are_free_when_off(text):
 
 
 # ---- bench/clock_watch.py (issue 19: the SM clock during a sustained back-to-back run) ----------
-_cw_spec = importlib.util.spec_from_file_location("clock_watch", ROOT / "bench" / "clock_watch.py")
-cw = importlib.util.module_from_spec(_cw_spec)
-_cw_spec.loader.exec_module(cw)
+cw = load_bench("clock_watch")
 
 
 def test_smi_samples_parse_and_fall_into_their_phase():

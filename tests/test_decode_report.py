@@ -2,21 +2,15 @@
 torch.matmul's), ratios, TB/s and the copy fraction computed from the PROTOCOL bytes."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from bench_import import load_bench
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("decode_report", ROOT / "bench" / "decode_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("decode_report")
 
 
 def _row(m, n, k, kernel_us, torch_us, best_us, server=(None, None, None)):

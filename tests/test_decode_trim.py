@@ -1,24 +1,16 @@
 """bench/decode_trim.py without a GPU: its plan (valid specs that may trim, the stream rule's picks)
 and its refusals; the timing itself needs a card (bench/device_run.sh's plan in NOTES.md)."""
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from cudal2.device import DeviceInfo
 from cudal2.spec import is_valid
-
-ROOT = Path(__file__).resolve().parents[1]
+from bench_import import load_bench
 
 
 def _module():
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("decode_trim", ROOT / "bench" / "decode_trim.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("decode_trim")
 
 
 def test_plan_holds_valid_single_cta_wgmma_and_stream_specs():

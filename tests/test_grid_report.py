@@ -1,22 +1,16 @@
 """bench/grid_report.py: the two counting rules for cuBLAS entries, exactly, and the report end to end
 from a stub-clock generate run (its store and registry) and a hand-made compare file."""
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from cudal2.problems import Problem
-
-ROOT = Path(__file__).resolve().parents[1]
+from bench_import import load_bench
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("grid_report", ROOT / "bench" / "grid_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("grid_report")
 
 
 def _row(p: Problem, times: dict, kernel: float | None) -> dict:

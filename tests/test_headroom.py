@@ -1,20 +1,14 @@
 """bench/headroom.py: the ceiling arithmetic by hand, the grouping by class and K band, the grid filter
 and its argument errors, on a hand-made registry."""
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from bench_import import load_bench
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("headroom", ROOT / "bench" / "headroom.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("headroom")
 
 
 hr = _module()

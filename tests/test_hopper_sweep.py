@@ -1,14 +1,10 @@
 """bench/hopper_sweep.py (issue 19's measurement) on the CPU: its shape pick and per-class summary."""
-import importlib.util
-from pathlib import Path
 
 from cudal2.problems import Problem
 from cudal2.stats import shape_class
+from bench_import import load_bench
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("hopper_sweep", ROOT / "bench" / "hopper_sweep.py")
-hs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hs)
+hs = load_bench("hopper_sweep")
 
 
 def test_pick_spreads_over_each_class_and_keeps_the_cubes():

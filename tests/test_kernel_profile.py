@@ -1,11 +1,7 @@
 """bench/kernel_profile.py's parsers, on text in the formats ncu and cuobjdump print (no GPU)."""
-import importlib.util
-from pathlib import Path
+from bench_import import load_bench
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("kernel_profile", ROOT / "bench" / "kernel_profile.py")
-kp = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(kp)
+kp = load_bench("kernel_profile")
 
 HEAD = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
         '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n')

@@ -7,7 +7,6 @@ have switched it on). It compiles for sm_90 without a GPU, specs the rule refuse
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ import pytest
 from cudal2.device import DeviceInfo
 from cudal2.problems import Problem
 from cudal2.spec import PREFERRED, KernelSpec, SpecError, is_valid, persistent_smem, validate, violations
+from bench_import import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_LIMIT = 232448                      # 227 KB: the H200's opt-in shared memory per block
@@ -96,10 +96,7 @@ def test_estimate_terms():
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench(name)
 
 
 def _fixed_persistent() -> list[str]:

@@ -1,21 +1,15 @@
 """bench/registry_v2_table.py: issue 22's table from compare files, its figures exact on hand-made rows."""
 import gzip
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from cudal2.problems import Problem
-
-ROOT = Path(__file__).resolve().parents[1]
+from bench_import import load_bench
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("registry_v2_table", ROOT / "bench" / "registry_v2_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("registry_v2_table")
 
 
 def _row(p: Problem, torch: float, best: float, cudal2: float | None, via: str = "kernel") -> dict:

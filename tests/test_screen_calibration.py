@@ -1,20 +1,14 @@
 """bench/screen_calibration.py: the agreement figures exactly, and a run over a stub-clock search's store."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from cudal2.problems import Problem
-
-ROOT = Path(__file__).resolve().parents[1]
+from bench_import import load_bench
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("screen_calibration", ROOT / "bench" / "screen_calibration.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("screen_calibration")
 
 
 def test_agreement_figures():

@@ -1,20 +1,17 @@
 """bench/search_order.py: the prior of each shape (the other layout's searched entry, else the cost
 model's score), the order it gives, and the committed order files the device's grid search reads."""
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from cudal2.problems import Problem, grid, read_shape_file
+from bench_import import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("search_order", ROOT / "bench" / "search_order.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("search_order")
 
 
 so = _module()

@@ -1,12 +1,8 @@
 """bench/spec_sweep.py's rows: each spec's status and its ratio to best-cublas from the same stats."""
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
+from bench_import import load_bench
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("spec_sweep", ROOT / "bench" / "spec_sweep.py")
-ss = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ss)
+ss = load_bench("spec_sweep")
 
 
 def test_rows_ratio_only_for_timed_specs():

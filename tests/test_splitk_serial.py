@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve()
-ROOT = HERE.parents[1]
 TIGHT = 1e-3
 # (M, N, K, split, layout): no dimension a tile multiple; the last case has more splits than the
 # 4 K-tiles of K=64 with bk=16, so some programs own no K-tile and still count.
@@ -66,15 +65,12 @@ def _interp_worker() -> None:
 
 def _bench_worker() -> None:
     """bench_shape on CPU tensors: both ways built, checked and timed; the row agrees with its timings."""
-    import importlib.util
-
     from conftest import HostClock      # this file runs as a script from tests/: conftest is importable
     from cudal2.device import DeviceInfo
     from cudal2.problems import Problem
 
-    spec = importlib.util.spec_from_file_location("splitk_bench", ROOT / "bench" / "splitk_serial.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from bench_import import load_bench
+    bench = load_bench("splitk_serial")
 
     row = bench.bench_shape(Problem.parse("40x48x200"), DeviceInfo.target("sm_90a"), lambda m: print(m),
                             0.0, tiles=("bm=16 bn=32 bk=16 warps=2 stages=2",), splits=(2, 4), where="cpu",

@@ -86,13 +86,10 @@ def test_train_reports_held_out_figures_and_saves_the_validated_model(model_path
 def test_costmodel_compare_scores_models_on_shapes_none_trained_on(model_path, stub_store, tmp_path, capsys):
     """bench/costmodel_compare.py reproduces train's own held-out figure for the model, and drops a
     shape from the comparison as soon as any compared model trained on it."""
-    import importlib.util
     import json
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("costmodel_compare", root / "bench" / "costmodel_compare.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+
+    from bench_import import load_bench
+    mod = load_bench("costmodel_compare")
     out, _ = model_path
     v = CostModel.load(out).info["validation"]["cost model"]
     held = ",".join(p.text for p in HELD)
