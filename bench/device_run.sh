@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call = one run of this script: install from the tree, then the named stages, with
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
-# probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim.
+# probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants.
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -44,6 +44,12 @@ for stage in "$@"; do
         --repeat 3 2>&1 | tail -40
       timeout 50 python3 bench/clock_watch.py --out "$OUT" --seconds 3 --rounds 3 --spec "backend=cuda \
 family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2 warp_spec=1 cluster=1" 2>&1 | tail -12 ;;
+    variants)
+      # The experiments off in every filed wgmma kernel (RED_CHUNK, EXIT_RELAXED, EARLY_LOAD) against
+      # each filed wgmma entry they change the SASS of (bench/variant_sweep.py; pairs compiled first,
+      # in parallel; not run yet: the ~4-5 minutes are a guess). A_TRIM is decode-trim's.
+      timeout 520 python3 bench/variant_sweep.py --out "$OUT" --variant RED_CHUNK=64 --variant EXIT_RELAXED=1 \
+        --variant "RED_CHUNK=64 EXIT_RELAXED=1" --variant EARLY_LOAD=1 --max-seconds 440 2>&1 | tail -14 ;;
     decode-trim)
       # Issue 20: the decode set with wgmma built plain and with A_TRIM=1 beside the stream family
       # and cuBLAS (bench/decode_trim.py; cut at 240 s; not run yet: ~5 s a shape is a guess).

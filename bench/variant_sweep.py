@@ -1,0 +1,222 @@
+"""The filed wgmma kernels against template-macro variants of themselves, class by class: whether an
+experiment (wgmma.cu's RED_CHUNK, EXIT_RELAXED, EARLY_LOAD, A_TRIM: each off in every filed kernel)
+would pay on the kernels that dispatch serves, before it becomes a default.
+
+  python3 bench/variant_sweep.py --out $OUT --variant "RED_CHUNK=64" --variant "EXIT_RELAXED=1" \
+      [--registry DIR] [--layouts nt] [--classes skinny,starved] [--stride 1] [--max-seconds 300]
+
+Per filed wgmma entry (the shipped registry, or --registry): the filed kernel and each variant (the
+same spec rendered behind the variant's #defines), each given the checker's random check, timed
+together, interleaved (cudal2.timing.offline). Every pair is compiled first in parallel and its SASS
+compared with the filed kernel's: a variant that compiles to the same machine code there (RED_CHUNK
+on a spec without the cluster split-K, say) is not timed, and one that does not apply (A_TRIM on a
+2-CTA cluster: a compile-time #error) is that row's note. Writes variant_sweep_<card>_<commit>.csv
+(a row per entry: filed µs, each variant's µs and filed / variant) and .json (the command, versions,
+the rows, the summary per class and layout: geomean of filed / variant, wins and losses past 1%),
+rewritten after every entry.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cta_timeline import build_variant, prefix  # noqa: E402
+
+
+def parse_variant(text: str) -> dict[str, int]:
+    """'NAME=INT [NAME=INT ...]' -> the #defines of one variant."""
+    out = {}
+    for item in text.replace(",", " ").split():
+        name, _, value = item.partition("=")
+        if not name.isidentifier() or not value.lstrip("-").isdigit() or name == "TIMELINE":
+            raise ValueError(f"--variant {text!r}: {item!r} is not NAME=INTEGER (TIMELINE is cta_timeline's)")
+        out[name] = int(value)
+    if not out:
+        raise ValueError(f"--variant {text!r}: no NAME=INTEGER in it")
+    return out
+
+
+def variant_name(defines: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in defines.items())
+
+
+def entries(registry, device_key: str, layouts, classes, stride: int) -> list:
+    """The registry's wgmma entries of the layouts and shape classes asked for, every stride-th."""
+    from cudal2.stats import shape_class
+    out = []
+    for e in sorted(registry.all(device_key), key=lambda e: e.problem):
+        if e.backend != "cuda" or " family=wgmma " not in f" {e.spec} ":
+            continue
+        p = e.prob
+        if p.layout in layouts and (not classes or shape_class(p.M, p.N, p.K) in classes):
+            out.append(e)
+    return out[::stride]
+
+
+def summarize(rows: list[dict], names: list[str]) -> dict:
+    """Per (class:layout) and all, per variant: n, geomean of filed / variant, wins / losses past 1%."""
+    groups: dict[str, list] = {"all": rows}
+    for r in rows:
+        groups.setdefault(f"{r['class']}:{r['layout']}", []).append(r)
+    out = {}
+    for g, rs in groups.items():
+        out[g] = {}
+        for n in names:
+            xs = [r[f"{n} ratio"] for r in rs if r.get(f"{n} ratio")]
+            out[g][n] = {"n": len(xs), "geomean": math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None,
+                         "wins": sum(x > 1.01 for x in xs), "losses": sum(x < 0.99 for x in xs)}
+    return out
+
+
+def _compile_pair(job):
+    """(problem text, spec text, variant name, its #defines) -> (problem, variant, same SASS as the
+    filed kernel: True / False / None (no cuobjdump), error or None). A worker process: NVRTC only;
+    both cubins land in the CUDA backend's disk cache, so the main process's builds hit it."""
+    ptext, spec_text, name, defines = job
+    from cudal2.backends.cuda import BACKEND
+    from cudal2.backends.sass import cuobjdump, sass_lines
+    from cudal2.problems import Problem
+    from cudal2.spec import KernelSpec
+    p, spec = Problem.parse(ptext), KernelSpec.parse(spec_text)
+    try:
+        src = BACKEND.render(spec, p)
+        plain = BACKEND.compile_source(spec, src, "sm_90a", p.layout).binary
+        var = BACKEND.compile_source(spec, prefix(defines) + src, "sm_90a", p.layout).binary
+        tool = cuobjdump()
+        return ptext, name, (sass_lines(plain, tool) == sass_lines(var, tool)) if tool else None, None
+    except Exception as ex:         # NVRTC's own error line where there is one (a variant's #error)
+        lines = [l for l in (getattr(ex, "log", "") or "").splitlines() if "error" in l] or str(ex).splitlines()
+        return ptext, name, None, (lines[0].strip()[:160] if lines else type(ex).__name__)
+
+
+def precompile(todo: list, variants: dict[str, dict], procs: int) -> dict:
+    """Every (entry, variant) compiled in parallel: {(problem, variant): (same SASS, error)}. A variant
+    whose SASS equals the filed kernel's is not timed (its figure would be noise around 1.000)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    jobs = [(e.problem, e.spec, n, d) for e in todo for n, d in variants.items()]
+    with ProcessPoolExecutor(max(1, procs), mp_context=mp.get_context("spawn")) as ex:
+        return {(pt, n): (same, err) for pt, n, same, err in ex.map(_compile_pair, jobs)}
+
+
+def bench_entry(e, variants: dict[str, dict], dev, args, pre: dict | None = None) -> dict:
+    import torch
+
+    from cudal2 import timing
+    from cudal2.backends import build_kernel
+    from cudal2.check import check_kernel, make_inputs
+    from cudal2.spec import KernelSpec
+    from cudal2.stats import shape_class
+    p, spec = e.prob, KernelSpec.parse(e.spec)
+    row = {"problem": p.text, "layout": p.layout, "class": shape_class(p.M, p.N, p.K), "spec": e.spec,
+           "filed_at_us": e.time_us}
+    kernels = {"filed": build_kernel(spec, p, dev)}
+    for name, defines in variants.items():
+        same, err = (pre or {}).get((p.text, name), (None, None))
+        if err or same:
+            row[f"{name} note"] = f"build failed: {err}" if err else "same SASS as the filed kernel: not timed"
+            continue
+        try:
+            kernels[name] = build_variant(spec, p, dev, prefix(defines))
+        except Exception as ex:         # e.g. A_TRIM on a 2-CTA cluster: refused at compile time
+            row[f"{name} note"] = f"build failed: {str(ex).splitlines()[0][:120] if str(ex) else type(ex).__name__}"
+    for name, k in list(kernels.items()):
+        rep = check_kernel(k, p, "cuda", checks=("random",))
+        if not rep.passed:
+            if name == "filed":
+                row["note"] = f"the filed kernel failed the check: {rep.reason}"
+                return row
+            row[f"{name} note"] = f"check failed: {rep.reason}"
+            del kernels[name]
+    a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(p.M + 3 * p.N + 7 * p.K))
+    cs = {n: torch.empty(p.M, p.N, dtype=torch.float16, device="cuda") for n in kernels}
+    stats = timing.offline({n: (lambda k=k, c=cs[n]: k(a, b, c)) for n, k in kernels.items()}, min_ms=args.min_ms)
+    row["filed_us"] = round(stats["filed"].median_us, 3)
+    for name in variants:
+        if name in stats:
+            row[f"{name} us"] = round(stats[name].median_us, 3)
+            row[f"{name} ratio"] = round(stats["filed"].median_us / stats[name].median_us, 4)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--variant", action="append", required=True, metavar="'NAME=INT ...'",
+                    help="one variant's template macros (repeat for more variants)")
+    ap.add_argument("--registry", help="a registry directory (default: the shipped one)")
+    ap.add_argument("--layouts", default="nn,nt")
+    ap.add_argument("--classes", default="", help="shape classes of ../shared/classes.py (default: all)")
+    ap.add_argument("--stride", type=int, default=1, help="every N-th entry")
+    ap.add_argument("--min-ms", type=float, default=20.0, help="offline timing per function, at least")
+    ap.add_argument("--max-seconds", type=float, default=300.0, help="start no entry after this many seconds")
+    ap.add_argument("--procs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
+    args = ap.parse_args(argv)
+    from cudal2.stats import SHAPE_CLASSES
+    try:
+        variants = {variant_name(d): d for d in map(parse_variant, args.variant)}
+    except ValueError as ex:
+        ap.error(str(ex))
+    layouts = [x for x in args.layouts.split(",") if x]
+    classes = [x for x in args.classes.split(",") if x]
+    if not set(layouts) <= {"nn", "nt"} or not set(classes) <= set(SHAPE_CLASSES) or args.stride < 1:
+        ap.error(f"--layouts from nn,nt; --classes from {','.join(SHAPE_CLASSES)}; --stride >= 1")
+    t0 = time.monotonic()
+    import torch
+    if not torch.cuda.is_available():
+        print("error: no CUDA GPU: this benchmark times kernels on the GPU", file=sys.stderr)
+        return 3
+    from cudal2.device import current
+    from cudal2.registry import Registry
+    from cudal2.versions import collect, source_commit
+    dev = current()
+    todo = entries(Registry.load(args.registry), dev.key, layouts, classes, args.stride)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = f"variant_sweep_{dev.key}_{source_commit()}"
+    meta = {"command": " ".join([sys.executable, *sys.argv]), "device": dev.key, "versions": collect(),
+            "variants": variants, "entries": len(todo)}
+    t1 = time.monotonic()
+    pre = precompile(todo, variants, args.procs)
+    same = sum(1 for v, _ in pre.values() if v)
+    print(f"compiled {len(pre)} (entry, variant) pairs in {time.monotonic() - t1:.0f} s; {same} with the filed "
+          "kernel's SASS (not timed)", flush=True)
+    rows: list[dict] = []
+    for i, e in enumerate(todo):
+        if time.monotonic() - t0 > args.max_seconds:
+            meta["stopped_early"] = f"{i} of {len(todo)}"
+            print(f"--max-seconds: stopped before {e.problem} ({i} of {len(todo)})", flush=True)
+            break
+        try:
+            row = bench_entry(e, variants, dev, args, pre)
+        except Exception as ex:                       # one entry's failure is a row, not an outage
+            row = {"problem": e.problem, "spec": e.spec, "note": f"error: {type(ex).__name__}: {str(ex)[:160]}"}
+        rows.append(row)
+        print(f"[{i + 1}/{len(todo)}] {e.problem}: filed {row.get('filed_us')} µs; "
+              + "; ".join(f"{n} {row.get(n + ' ratio', row.get(n + ' note'))}" for n in variants), flush=True)
+        ok = [r for r in rows if "filed_us" in r]
+        fields = list(dict.fromkeys(k for r in rows for k in r))
+        with open(out / f"{tag}.csv", "w", newline="") as f:
+            f.write(f"# {meta['command']}\n# device {dev.key} commit {source_commit()}\n")
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(rows)
+        (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(ok, list(variants)),
+                                                     "rows": rows}, indent=1))
+    summary = summarize([r for r in rows if "filed_us" in r], list(variants))
+    for g, per in summary.items():
+        print(g, "; ".join(f"{n}: {v['geomean'] and round(v['geomean'], 4)} over {v['n']} "
+                           f"({v['wins']} won, {v['losses']} lost)" for n, v in per.items()))
+    print(f"{len(rows)} entries in {time.monotonic() - t0:.0f} s -> {out / tag}.csv")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""bench/variant_sweep.py without a GPU: the variants it parses, the filed entries it picks, the
+summary arithmetic, and its refusals; the timing needs a card."""
+import pytest
+from bench_import import load_bench
+
+from cudal2.registry import Registry
+from cudal2.stats import shape_class
+
+vs = load_bench("variant_sweep")
+
+
+def test_variants_parse_or_are_refused():
+    assert vs.parse_variant("RED_CHUNK=64 EXIT_RELAXED=1") == {"RED_CHUNK": 64, "EXIT_RELAXED": 1}
+    assert vs.variant_name({"A_TRIM": 1}) == "A_TRIM=1"
+    for bad in ("RED_CHUNK", "RED_CHUNK=x", "1X=2", "TIMELINE=1", ""):
+        with pytest.raises(ValueError):
+            vs.parse_variant(bad)
+
+
+def test_entries_are_the_filed_wgmma_kernels_of_the_classes_asked_for():
+    reg = Registry.load()                     # the shipped registry
+    key = "h200-sm90"                         # the card the shipped registry was filed on
+    got = vs.entries(reg, key, ["nt"], ["skinny", "small"], 1)
+    assert got and all(e.backend == "cuda" and "family=wgmma" in e.spec and e.prob.layout == "nt" for e in got)
+    assert all(shape_class(e.prob.M, e.prob.N, e.prob.K) in ("skinny", "small") for e in got)
+    every = vs.entries(reg, key, ["nn", "nt"], [], 1)
+    assert len(every) == sum(1 for e in reg.all(key) if e.backend == "cuda" and "family=wgmma" in e.spec)
+    assert vs.entries(reg, key, ["nn", "nt"], [], 3) == every[::3]
+
+
+def test_summary_geomean_wins_and_losses():
+    rows = [{"class": "skinny", "layout": "nt", "V ratio": 1.2}, {"class": "skinny", "layout": "nt", "V ratio": 0.8},
+            {"class": "small", "layout": "nt", "V ratio": 1.005}, {"class": "small", "layout": "nt"}]
+    s = vs.summarize(rows, ["V"])
+    assert s["all"]["V"]["n"] == 3 and s["all"]["V"]["wins"] == 1 and s["all"]["V"]["losses"] == 1
+    assert s["skinny:nt"]["V"]["geomean"] == pytest.approx((1.2 * 0.8) ** 0.5)
+    assert s["small:nt"]["V"] == {"n": 1, "geomean": pytest.approx(1.005), "wins": 0, "losses": 0}
+
+
+def test_bad_arguments_are_refused(tmp_path):
+    for bad in (["--variant", "X"], ["--variant", "A=1", "--classes", "tiny"], ["--variant", "A=1", "--layouts", "tn"],
+                ["--variant", "A=1", "--stride", "0"]):
+        with pytest.raises(SystemExit):
+            vs.main(["--out", str(tmp_path / "o"), *bad])
+    assert not (tmp_path / "o").exists()
+
+
+def test_pairs_with_the_filed_machine_code_are_found_before_any_timing():
+    """RED_CHUNK only reaches the cluster split-K's reduction when a slice sums more than one group:
+    at 128x64 split 8 (8 groups over 8 slices) it compiles to the filed SASS, at 64x96 split 4 (12
+    over 4) it does not; A_TRIM on a 2-CTA cluster is refused by its #error."""
+    from cudal2.backends.sass import cuobjdump
+    if cuobjdump() is None:
+        pytest.skip("no cuobjdump (CUDA toolkit or the triton wheel's copy) to compare SASS with")
+    base = "backend=cuda family=wgmma bk=64 group_m=8 subtile=1 warp_spec=1"
+    same = vs._compile_pair(("1024x64x16384:nt", f"{base} bm=128 bn=64 warps=12 stages=8 split_k=8 cluster=1",
+                             "RED_CHUNK=64", {"RED_CHUNK": 64}))
+    assert same[2:] == (True, None)
+    diff = vs._compile_pair(("64x2048x4096:nt", f"{base} bm=64 bn=96 warps=8 stages=10 split_k=4 cluster=1",
+                             "RED_CHUNK=64", {"RED_CHUNK": 64}))
+    assert diff[2:] == (False, None)
+    bad = vs._compile_pair(("4096x4096x4096:nt", f"{base} bm=128 bn=128 warps=12 stages=5 split_k=1 cluster=2",
+                            "A_TRIM=1", {"A_TRIM": 1}))
+    assert bad[2] is None and "A_TRIM" in bad[3]
