@@ -31,13 +31,14 @@ for stage in "$@"; do
       # Issue 20 / 19 / 22's open questions in one call, each step time-boxed so the whole stays
       # under ~500 s of the 600 a call may run (a call that ran past its limit came back empty,
       # 2026-12-04): the nn odd-BN boxes under the full checker (before any grid-nn2 search), split_k
-      # 3 / 6 / 12 (clusters off the powers of two: bit-identical runs, two streams), A_TRIM=1 under
-      # the checker (A's box M rows tall at decode M), the
+      # 3 / 6 / 12 (clusters off the powers of two: bit-identical runs, two streams), A_TRIM=1 and
+      # EPI_DIRECT=1 under the checker (A's box M rows tall at decode M; stores from registers), the
       # cluster probe and the timeline's own GPU tests; where a short kernel's time goes, CTA by
       # CTA, and the reduction / nn variants beside the filed kernels (bench/timeline_cases.txt);
       # the SM clock while ours and cuBLAS's run back to back at 4096^3 nt.
       timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 60 -rfE \
         tests/test_backends_gpu.py::test_wgmma_odd_bn tests/test_backends_gpu.py::test_wgmma_a_trim \
+        tests/test_backends_gpu.py::test_wgmma_epi_direct \
         tests/test_backends_gpu.py::test_wgmma_split_k_off_powers_of_two tests/test_cluster_fit.py tests/test_cta_timeline.py \
         >"$OUT/gpu_tests.txt" 2>&1; tail -12 "$OUT/gpu_tests.txt"
       timeout 190 python3 bench/cta_timeline.py --out "$OUT" --cases bench/timeline_cases.txt --before 0,200 \
@@ -45,11 +46,12 @@ for stage in "$@"; do
       timeout 50 python3 bench/clock_watch.py --out "$OUT" --seconds 3 --rounds 3 --spec "backend=cuda \
 family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2 warp_spec=1 cluster=1" 2>&1 | tail -12 ;;
     variants)
-      # The experiments off in every filed wgmma kernel (RED_CHUNK, EXIT_RELAXED, EARLY_LOAD) against
+      # The experiments off in every filed wgmma kernel (RED_CHUNK, EXIT_RELAXED, EARLY_LOAD, EPI_DIRECT) against
       # each filed wgmma entry they change the SASS of (bench/variant_sweep.py; pairs compiled first,
       # in parallel; not run yet: the ~4-5 minutes are a guess). A_TRIM is decode-trim's.
       timeout 520 python3 bench/variant_sweep.py --out "$OUT" --variant RED_CHUNK=64 --variant EXIT_RELAXED=1 \
-        --variant "RED_CHUNK=64 EXIT_RELAXED=1" --variant EARLY_LOAD=1 --max-seconds 440 2>&1 | tail -14 ;;
+        --variant "RED_CHUNK=64 EXIT_RELAXED=1" --variant EARLY_LOAD=1 --variant EPI_DIRECT=1 \
+        --max-seconds 440 2>&1 | tail -14 ;;
     decode-trim)
       # Issue 20: the decode set with wgmma built plain and with A_TRIM=1 beside the stream family
       # and cuBLAS (bench/decode_trim.py; cut at 240 s; not run yet: ~5 s a shape is a guess).

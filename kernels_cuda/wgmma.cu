@@ -43,6 +43,10 @@
 // RED_CHUNK, EXIT_RELAXED: experiments on the cluster split-K's reduction, off (1, 0) in every filed
 // kernel until a card measures them (bench/timeline_cases.txt; NOTES 2026-12-04 night). EARLY_LOAD:
 // the same for the lite schedule's first loads (issued before the block-wide barrier), off (0).
+// EPI_DIRECT (off, 0): the epilogue stores each thread's fp16 pairs from its accumulators with
+// guarded 4-byte stores, as the cluster split-K does, in place of stmatrix -> staging -> TMA store:
+// no staging barriers, no bulk-group waits. For short kernels, whose ~1 µs of fixed cost over the
+// cp.async families (NOTES 2026-12-05) may sit partly in the TMA store and its wait before exit.
 // A_TRIM (off, 0): with M < BM (decode: a few tokens) A's TMA box is M rows tall, not BM, so no
 // out-of-bounds rows are zero-filled per k-tile; the ring's rows >= M keep stale values, which reach
 // only C rows >= M, never stored. The launcher sees the module's `cudal2_a_trim` symbol and encodes
@@ -97,6 +101,9 @@
 #endif
 #ifndef A_TRIM
 #define A_TRIM 0        // A's TMA box only M rows tall when M < BM (see the header)
+#endif
+#ifndef EPI_DIRECT
+#define EPI_DIRECT 0    // the epilogue stores from registers, no TMA store (see the header)
 #endif
 #if A_TRIM
 #if CLUSTER > 1
@@ -505,6 +512,26 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 }
                 if (tig == 0) counters[slot] = 0;    // ready for the next launch
                 TL(TL_REDUCE, tig == 0 && c == 0 && u == cid);
+            }
+#endif
+#if EPI_DIRECT
+            {
+                // The experiment's epilogue: each thread stores its fp16 pairs straight from the
+                // accumulators (the cluster split-K's store), no staging, barrier or TMA store.
+                const int rbase = row0 + warp * 16 + lane / 4;
+#pragma unroll
+                for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+                    for (int j = 0; j < NACC / 4; ++j) {
+                        const int row = rbase + mw * 64, col = tn * BN + 8 * j + 2 * (lane % 4);
+                        if (col < N) {
+                            if (row < M) C[((long long)row * N + col) / 2] = pack_f16x2(acc[mw][4 * j], acc[mw][4 * j + 1]);
+                            if (row + 8 < M)
+                                C[((long long)(row + 8) * N + col) / 2] = pack_f16x2(acc[mw][4 * j + 2], acc[mw][4 * j + 3]);
+                        }
+                    }
+                TL(TL_STORE, tig == 0 && c == 0 && u == cid);
+                continue;
             }
 #endif
             // Epilogue, SUBTILE column blocks of SUB_COLS. The staging must have been read by the

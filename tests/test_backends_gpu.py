@@ -181,6 +181,23 @@ def test_wgmma_a_trim(gpu_device, layout, M, text):
     assert report.passed, "\n".join(r.line() for r in report.results)
 
 
+# EPI_DIRECT=1 (wgmma.cu, an experiment off in every filed kernel): the epilogue stores from registers,
+# no TMA store; the full checker (edges off the tile grid: the guards replace TMA's clipping).
+@pytest.mark.parametrize("text", ["bm=64 bn=64 warps=4 stages=4 warp_spec=0",
+                                  "bm=128 bn=96 warps=12 stages=6",
+                                  "bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=2",
+                                  "bm=128 bn=112 warps=12 stages=5 cluster=2"])
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_epi_direct(gpu_device, layout, text):
+    from cudal2.backends import get_backend
+    p = BASE.with_layout(layout)
+    spec = validate(KernelSpec.parse(f"backend=cuda family=wgmma {text}"), p, gpu_device)
+    be = get_backend("cuda")
+    kernel = be.load(be.compile_source(spec, "#define EPI_DIRECT 1\n" + be.render(spec, p), gpu_device.arch, layout))
+    report = check_kernel(kernel, p, "cuda")
+    assert report.passed, "\n".join(r.line() for r in report.results)
+
+
 @pytest.mark.parametrize("text", ["bm=128 bn=128 warps=12 stages=5 split_k=16",
                                   "bm=128 bn=64 warps=12 stages=6 split_k=4 cluster=2",
                                   "bm=64 bn=128 warps=4 stages=8 warp_spec=0 split_k=8",

@@ -78,7 +78,7 @@ def test_the_committed_cases_parse_and_are_valid_specs():
     from cudal2.spec import validate
     lines = [l for l in (ROOT / "bench" / "timeline_cases.txt").read_text().splitlines()
              if l.strip() and not l.startswith("#")]
-    assert len(lines) == 27
+    assert len(lines) == 30
     for line in lines:
         shape, text, defines = ct.parse_case(line)
         spec = KernelSpec.parse(text)

@@ -251,6 +251,22 @@ def test_a_trim_compiles_without_spills_and_says_so(backend, text, layout):
         backend.compile_source(pair, "#define A_TRIM 1\n" + backend.render(pair, BIG), "sm_90a", "nn")
 
 
+@pytest.mark.parametrize("text", ["bm=64 bn=64 warps=4 stages=4 warp_spec=0",        # lite
+                                  "bm=128 bn=256 warps=12 stages=4 subtile=2",         # cooperative, halves
+                                  "bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=2",   # ping-pong, workspace
+                                  "bm=128 bn=128 warps=12 stages=5 cluster=2"])        # a 2-CTA cluster
+def test_epi_direct_stores_from_registers_without_spills(backend, sass, text):
+    """EPI_DIRECT=1 (wgmma.cu, off in every filed kernel): the epilogue's TMA store (UTMASTG) is gone
+    from the SASS, global stores (STG) carry C instead, no spills."""
+    spec = _spec("family=wgmma " + text)
+    src = backend.render(spec, BIG)
+    filed = sass(backend.compile_source(spec, src, "sm_90a", "nn").binary)
+    art = backend.compile_source(spec, "#define EPI_DIRECT 1\n" + src, "sm_90a", "nn")
+    assert art.meta["spills_bytes"] == 0 and art.meta["stack_bytes"] == 0, art.meta["log"]
+    direct = sass(art.binary)
+    assert "UTMASTG" in filed and "UTMASTG" not in direct and "STG" in direct
+
+
 def test_cli_compile_only(tmp_path):
     env = {**os.environ, "CUDAL2_CACHE_DIR": str(tmp_path)}
     for extra in ([], ["--family", "wgmma", "--layout", "nt"]):
