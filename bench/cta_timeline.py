@@ -78,13 +78,18 @@ def parse_case(text: str) -> tuple[str, str, dict[str, int]]:
     parts = [x.strip() for x in text.split("|")]
     if len(parts) not in (2, 3) or not all(parts[:2]):
         raise ValueError(f"--case {text!r}: expected 'MxNxK:layout|<wgmma spec text>[|NAME=VALUE ...]'")
+    return parts[0], parts[1], parse_defines(parts[2] if len(parts) == 3 else "", f"--case {text!r}")
+
+
+def parse_defines(text: str, what: str) -> dict[str, int]:
+    """'NAME=INT [NAME=INT ...]' (spaces or commas) -> template macros; ValueError naming `what`."""
     defines = {}
-    for item in (parts[2].replace(",", " ").split() if len(parts) == 3 else []):
+    for item in text.replace(",", " ").split():
         name, _, value = item.partition("=")
         if not name.isidentifier() or not value.lstrip("-").isdigit() or name == "TIMELINE":
-            raise ValueError(f"--case {text!r}: define {item!r} is not NAME=INTEGER (TIMELINE is the tool's own)")
+            raise ValueError(f"{what}: define {item!r} is not NAME=INTEGER (TIMELINE is cta_timeline's own)")
         defines[name] = int(value)
-    return parts[0], parts[1], defines
+    return defines
 
 
 def prefix(defines: dict[str, int]) -> str:

@@ -22,9 +22,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cta_timeline import build_variant, prefix  # noqa: E402
 from decode import BASELINES_NT, CONFIGS, copy_bandwidth, decode_set, geo  # noqa: E402
+from variant_sweep import compile_pairs  # noqa: E402
 
-TRIM = "#define A_TRIM 1\n"
+TRIM = {"A_TRIM": 1}
 TOKENS = (1, 2, 4, 8, 16, 32)
 DECODE_MODELS = ("llama-3-8b", "qwen2.5-7b")     # the decode set's (registry_v2/decode/decode_set.md)
 
@@ -38,27 +40,11 @@ def plan(p, dev, n_wgmma: int, n_stream: int) -> dict[str, list]:
     return {"wgmma": wg, "stream": stream_candidates(p, dev, n_stream)}
 
 
-def _compile(args):
-    """One (spec, layout, trim) through the CUDA backend's disk cache (a worker process: NVRTC only)."""
-    text, layout, trim = args
-    from cudal2.backends import get_backend
-    from cudal2.problems import Problem
-    from cudal2.spec import KernelSpec
-    be, spec = get_backend("cuda"), KernelSpec.parse(text)
-    try:
-        src = be.render(spec, Problem(1, 4096, 4096, layout))
-        be.compile_source(spec, (TRIM if trim else "") + src, "sm_90a", layout)
-        return None
-    except Exception as e:
-        return f"{text} trim={trim}: {str(e).splitlines()[0][:160]}"
-
-
 def build(spec, p, dev, trim: bool):
-    from cudal2.backends import build_kernel, get_backend
+    from cudal2.backends import build_kernel
     if not trim:
         return build_kernel(spec, p, dev)
-    be = get_backend("cuda")
-    k = be.load(be.compile_source(spec, TRIM + be.render(spec, p), dev.arch, p.layout))
+    k = build_variant(spec, p, dev, prefix(TRIM))
     if not k.a_trim:
         raise RuntimeError("the trimmed module has no cudal2_a_trim symbol")
     return k
@@ -142,12 +128,11 @@ def main(argv=None) -> int:
     dev = current()
     work = [(p, plan(p, dev, args.wgmma, args.stream))
             for _, _, p in decode_set([Path(c) for c in args.configs.split(",") if c], tokens)]
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-    jobs = {(s.text, p.layout, t) for p, sp in work for s in sp["wgmma"] for t in (False, True)}
-    with ProcessPoolExecutor(max(1, args.procs), mp_context=mp.get_context("spawn")) as ex:
-        bad = [r for r in ex.map(_compile, sorted(jobs)) if r]
-    print(f"compiled {len(jobs)} wgmma (spec, trim) pairs, {len(bad)} failed", *bad[:3], sep="\n  ", flush=True)
+    # Plain and trimmed compiled ahead in parallel (one job per distinct spec: the source does not
+    # depend on M, N, K); the builds below hit the CUDA backend's disk cache.
+    jobs = {s.text: (p.text, s.text, "A_TRIM=1", TRIM) for p, sp in work for s in sp["wgmma"]}
+    bad = [f"{k[0]}: {err}" for k, (_, err) in compile_pairs(sorted(jobs.values()), args.procs).items() if err]
+    print(f"compiled {len(jobs)} wgmma specs plain and trimmed, {len(bad)} failed", *bad[:3], sep="\n  ", flush=True)
     bw = copy_bandwidth(50.0)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -27,17 +27,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cta_timeline import build_variant, prefix  # noqa: E402
+from cta_timeline import build_variant, parse_defines, prefix  # noqa: E402
 
 
 def parse_variant(text: str) -> dict[str, int]:
-    """'NAME=INT [NAME=INT ...]' -> the #defines of one variant."""
-    out = {}
-    for item in text.replace(",", " ").split():
-        name, _, value = item.partition("=")
-        if not name.isidentifier() or not value.lstrip("-").isdigit() or name == "TIMELINE":
-            raise ValueError(f"--variant {text!r}: {item!r} is not NAME=INTEGER (TIMELINE is cta_timeline's)")
-        out[name] = int(value)
+    """'NAME=INT [NAME=INT ...]' -> the #defines of one variant (at least one)."""
+    out = parse_defines(text, f"--variant {text!r}")
     if not out:
         raise ValueError(f"--variant {text!r}: no NAME=INTEGER in it")
     return out
@@ -96,14 +91,19 @@ def _compile_pair(job):
         return ptext, name, None, (lines[0].strip()[:160] if lines else type(ex).__name__)
 
 
-def precompile(todo: list, variants: dict[str, dict], procs: int) -> dict:
-    """Every (entry, variant) compiled in parallel: {(problem, variant): (same SASS, error)}. A variant
-    whose SASS equals the filed kernel's is not timed (its figure would be noise around 1.000)."""
+def compile_pairs(jobs: list, procs: int) -> dict:
+    """Each (problem text, spec text, variant name, #defines) compiled plain and as the variant, in
+    parallel processes: {(problem, variant): (same SASS, error)} (bench/decode_trim.py's too)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
-    jobs = [(e.problem, e.spec, n, d) for e in todo for n, d in variants.items()]
     with ProcessPoolExecutor(max(1, procs), mp_context=mp.get_context("spawn")) as ex:
         return {(pt, n): (same, err) for pt, n, same, err in ex.map(_compile_pair, jobs)}
+
+
+def precompile(todo: list, variants: dict[str, dict], procs: int) -> dict:
+    """Every (entry, variant) compiled: a variant whose SASS equals the filed kernel's is not timed
+    (its figure would be noise around 1.000)."""
+    return compile_pairs([(e.problem, e.spec, n, d) for e in todo for n, d in variants.items()], procs)
 
 
 def bench_entry(e, variants: dict[str, dict], dev, args, pre: dict | None = None) -> dict:
