@@ -22,13 +22,13 @@ import math
 from .cluster_fit import cluster_ctas
 from .device import DeviceInfo
 from .problems import Problem
-from .spec import KernelSpec, is_valid
+from .spec import CHOICES, KernelSpec, is_valid
 
 _BMS = (64, 128, 256)
-# 3 / 6 / 12 since 2026-12-05 (not measured as seeds yet): on the card the cluster counts of every
-# size are probed (cudal2.cluster_fit), so the model counts their cluster waves; the H200's GPCs
-# hold 120 CTAs in clusters of 4 or 8 (run 59), and clusters of 3 / 6 may hold more.
-_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+# Every split the grammar has (3 / 6 / 12 since 2026-12-05, not measured as seeds yet): on the card
+# the cluster counts of every size are probed (cudal2.cluster_fit), so the model counts their cluster
+# waves; the H200's GPCs hold 120 CTAs in clusters of 4 or 8 (run 59), clusters of 3 / 6 may hold more.
+_SPLITS = CHOICES["split_k"]
 
 
 def _intensity_rate(bm: int, bn: int) -> float:
