@@ -1,6 +1,7 @@
 """Decode with the wgmma family's A_TRIM (A's TMA box M rows tall when M < BM; kernels_cuda/wgmma.cu):
 does it make wgmma the decode winner? One run per shape times, interleaved, the wave model's wgmma
-specs built plain and with A_TRIM=1, the stream family's rule picks, the cuBLAS baselines and a
+specs built plain (A_TRIM=0, the code before 2026-12-05) and trimmed (the default since, where
+CLUSTER == 1), the stream family's rule picks, the cuBLAS baselines and a
 minimal kernel (the clock's floor), after the checker's random check of every kernel.
 
   python3 bench/decode_trim.py --out $OUT [--tokens 1,2,4,8,16,32] [--wgmma 6] [--stream 2] [--max-seconds 300]
@@ -25,7 +26,7 @@ from cta_timeline import build_variant, prefix  # noqa: E402
 from decode import BASELINES_NT, CONFIGS, copy_bandwidth, decode_set, geo  # noqa: E402
 from variant_sweep import compile_pairs  # noqa: E402
 
-TRIM = {"A_TRIM": 1}
+UNTRIM = {"A_TRIM": 0}     # trimming is wgmma.cu's default for cluster 1 since 2026-12-05 (run 62)
 TOKENS = (1, 2, 4, 8, 16, 32)
 DECODE_MODELS = ("llama-3-8b", "qwen2.5-7b")     # the decode set's (registry_v2/decode/decode_set.md)
 
@@ -42,10 +43,10 @@ def plan(p, dev, n_wgmma: int, n_stream: int) -> dict[str, list]:
 def build(spec, p, dev, trim: bool):
     from cudal2.backends import build_kernel
     if not trim:
-        return build_kernel(spec, p, dev)
-    k = build_variant(spec, p, dev, prefix(TRIM))
+        return build_variant(spec, p, dev, prefix(UNTRIM))
+    k = build_kernel(spec, p, dev)
     if not k.a_trim:
-        raise RuntimeError("the trimmed module has no cudal2_a_trim symbol")
+        raise RuntimeError("the default wgmma module has no cudal2_a_trim symbol")
     return k
 
 
@@ -129,7 +130,7 @@ def main(argv=None) -> int:
             for _, _, p in decode_set([Path(c) for c in args.configs.split(",") if c], tokens)]
     # Plain and trimmed compiled ahead in parallel (one job per distinct spec: the source does not
     # depend on M, N, K); the builds below hit the CUDA backend's disk cache.
-    jobs = {s.text: (p.text, s.text, "A_TRIM=1", TRIM) for p, sp in work for s in sp["wgmma"]}
+    jobs = {s.text: (p.text, s.text, "A_TRIM=0", UNTRIM) for p, sp in work for s in sp["wgmma"]}
     bad = [f"{k[0]}: {err}" for k, (_, err) in compile_pairs(sorted(jobs.values()), args.procs).items() if err]
     print(f"compiled {len(jobs)} wgmma specs plain and trimmed, {len(bad)} failed", *bad[:3], sep="\n  ", flush=True)
     bw = copy_bandwidth(50.0)

@@ -46,15 +46,15 @@ for stage in "$@"; do
       timeout 50 python3 bench/clock_watch.py --out "$OUT" --seconds 3 --rounds 3 --spec "backend=cuda \
 family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2 warp_spec=1 cluster=1" 2>&1 | tail -12 ;;
     variants)
-      # The experiments off in every filed wgmma kernel (RED_CHUNK, EXIT_RELAXED, EARLY_LOAD, EPI_DIRECT) against
-      # each filed wgmma entry they change the SASS of (bench/variant_sweep.py; pairs compiled first,
-      # in parallel; not run yet: the ~4-5 minutes are a guess). A_TRIM is decode-trim's.
-      timeout 520 python3 bench/variant_sweep.py --out "$OUT" --variant RED_CHUNK=64 --variant EXIT_RELAXED=1 \
-        --variant "RED_CHUNK=64 EXIT_RELAXED=1" --variant EARLY_LOAD=1 --variant EPI_DIRECT=1 \
-        --max-seconds 440 2>&1 | tail -14 ;;
+      # The wgmma experiments against each filed wgmma entry they change the SASS of
+      # (bench/variant_sweep.py; pairs compiled first, in parallel): the code before 2026-12-05's
+      # defaults (RED_CHUNK 1, EXIT_RELAXED 0, A_TRIM 0), and EARLY_LOAD / EPI_DIRECT, both still off
+      # (run 62: 0.98x and 0.75x of the filed kernels). Run 62's four variants took ~145 s over 228.
+      timeout 520 python3 bench/variant_sweep.py --out "$OUT" --variant "RED_CHUNK=1 EXIT_RELAXED=0 A_TRIM=0" \
+        --variant EARLY_LOAD=1 --variant EPI_DIRECT=1 --max-seconds 440 2>&1 | tail -14 ;;
     decode-trim)
-      # Issue 20: the decode set with wgmma built plain and with A_TRIM=1 beside the stream family
-      # and cuBLAS (bench/decode_trim.py; cut at 240 s; not run yet: ~5 s a shape is a guess).
+      # Issue 20: the decode set with wgmma built plain (A_TRIM=0) and trimmed (the default since
+      # 2026-12-05) beside the stream family and cuBLAS (bench/decode_trim.py; run 62: 48 shapes, 42 s).
       timeout 300 python3 bench/decode_trim.py --out "$OUT" --max-seconds 240 2>&1 | tail -12 ;;
     *)
       echo "unknown stage $stage" ;;

@@ -40,17 +40,20 @@
 //                 LAYOUT_NT SUBTILE EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest
 //                 dividing BN / SUBTILE) NN_COLS (nn: B's TMA box width, likewise of BN).
 // The PTX wrappers it calls (mbarrier, TMA, stmatrix, wgmma, DSMEM) are in hopper.cuh.
-// RED_CHUNK, EXIT_RELAXED: experiments on the cluster split-K's reduction, off (1, 0) in every filed
-// kernel until a card measures them (bench/timeline_cases.txt; NOTES 2026-12-04 night). EARLY_LOAD:
-// the same for the lite schedule's first loads (issued before the block-wide barrier), off (0).
-// EPI_DIRECT (off, 0): the epilogue stores each thread's fp16 pairs from its accumulators with
-// guarded 4-byte stores, as the cluster split-K does, in place of stmatrix -> staging -> TMA store:
-// no staging barriers, no bulk-group waits. For short kernels, whose ~1 µs of fixed cost over the
-// cp.async families (NOTES 2026-12-05) may sit partly in the TMA store and its wait before exit.
-// A_TRIM (off, 0): with M < BM (decode: a few tokens) A's TMA box is M rows tall, not BM, so no
-// out-of-bounds rows are zero-filled per k-tile; the ring's rows >= M keep stale values, which reach
-// only C rows >= M, never stored. The launcher sees the module's `cudal2_a_trim` symbol and encodes
-// A's map with the same height (backends/cuda_launch.py); single-CTA A loads only (no 2-CTA cluster).
+// RED_CHUNK (64: all of a slice's groups), EXIT_RELAXED (1), A_TRIM (1 where CLUSTER == 1): on in
+// every filed kernel since the H200 measured them (2026-12-05, runs 61-62; NOTES): the cluster
+// split-K's remote loads fly together (1.018x over the 15 filed kernels whose SASS it changes, 0
+// slower) and its last cluster barrier drops the release (1.057x over 48, 0 slower); A_TRIM: with
+// M < BM (decode: a few tokens) A's TMA box is M rows tall, not BM, so no out-of-bounds rows are
+// zero-filled per k-tile (1.19x, same spec, over the 48-shape decode set, none slower); the ring's
+// rows >= M keep stale values, which reach only C rows >= M, never stored. The launcher sees the
+// module's `cudal2_a_trim` symbol and encodes A's map with the same height (backends/cuda_launch.py);
+// single-CTA A loads only (a 2-CTA cluster loads A in halves). Define any of them 0 / 1 for the old code.
+// EARLY_LOAD (off, 0): the lite schedule's first loads issued before the block-wide barrier (0.98x
+// over 13, 7 slower: stays off). EPI_DIRECT (off, 0): the epilogue stores each thread's fp16 pairs
+// from its accumulators with guarded 4-byte stores, as the cluster split-K does, in place of
+// stmatrix -> staging -> TMA store (0.75x over 171 filed kernels, 166 slower: stays off; the
+// ~1 µs of fixed cost over the cp.async families is not the TMA store).
 // TIMELINE=1 (bench/cta_timeline.py only; never in a filed kernel): each CTA stamps %globaltimer and
 // %clock64 at the events TL_* below into the module's global `cudal2_timeline`, for its first work
 // unit: where a short kernel's time goes (prologue, first load, MMAs, reduction, store, exit).
@@ -91,16 +94,16 @@
 #define TIMELINE 0
 #endif
 #ifndef RED_CHUNK
-#define RED_CHUNK 1     // cluster split-K: float4 groups whose remote loads fly together (see there)
+#define RED_CHUNK 64    // cluster split-K: float4 groups whose remote loads fly together (see there)
 #endif
 #ifndef EXIT_RELAXED
-#define EXIT_RELAXED 0  // cluster split-K: the last cluster barrier without a release (see there)
+#define EXIT_RELAXED 1  // cluster split-K: the last cluster barrier without a release (see there)
 #endif
 #ifndef EARLY_LOAD
 #define EARLY_LOAD 0    // lite: thread 0 issues the first loads before the block-wide barrier (see there)
 #endif
 #ifndef A_TRIM
-#define A_TRIM 0        // A's TMA box only M rows tall when M < BM (see the header)
+#define A_TRIM (CLUSTER == 1)   // A's TMA box only M rows tall when M < BM (see the header)
 #endif
 #ifndef EPI_DIRECT
 #define EPI_DIRECT 0    // the epilogue stores from registers, no TMA store (see the header)
@@ -413,7 +416,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 // RCHUNK groups' remote loads are issued before any of them is summed: the loads
                 // are volatile asm, so the stores of a group would otherwise close its loads' flight
                 // and each group pays a DSMEM round trip of its own (SASS: VPS rounds of SPLIT_K
-                // LD.E.128 then STG). RED_CHUNK 1 is the filed kernels' code.
+                // LD.E.128 then STG). RED_CHUNK 1 was the filed kernels' code before 2026-12-05.
                 constexpr int RCHUNK = RED_CHUNK < VPS ? RED_CHUNK : VPS;
 #pragma unroll
                 for (int j0 = 0; j0 < VPS; j0 += RCHUNK) {

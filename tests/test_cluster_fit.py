@@ -170,7 +170,9 @@ def test_seeds_put_overflowing_cluster_splits_behind(monkeypatch):
 @pytest.mark.gpu
 def test_the_card_reports_its_cluster_counts():
     """On a Hopper card current() carries the probe's counts: whole clusters, none above the SMs,
-    and no more CTAs in larger clusters than in smaller ones (a larger cluster packs a GPC no better)."""
+    and no more CTAs in clusters of t than in clusters of any s dividing t (a cluster of t is t / s
+    clusters of s placed together). Not monotone in the size: the H200 fits 117 CTAs in clusters of 3
+    but 120 in clusters of 4 and 8 (2026-12-05, run 61; the placement rule behind it is not known)."""
     from cudal2.device import current
     dev = current()
     if dev.cc < (9, 0):
@@ -180,4 +182,6 @@ def test_the_card_reports_its_cluster_counts():
     assert sizes == list(cluster_fit.SIZES)
     counts = [n for _, n in dev.cluster_ctas]
     assert all(0 < n <= dev.sm_count and n % s == 0 for s, n in dev.cluster_ctas)
-    assert counts == sorted(counts, reverse=True)
+    fit = dict(dev.cluster_ctas)
+    assert all(fit[t] <= fit[s] for t in fit for s in fit if t % s == 0)
+    assert max(counts) == fit[2]

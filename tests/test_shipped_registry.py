@@ -67,7 +67,7 @@ def test_cli_verify_names_the_orphaned_entry(tmp_path, edit):
     from cudal2.cli import app
     runner = CliRunner()
     r = runner.invoke(app, ["registry", "export", str(tmp_path / "reg")])
-    assert r.exit_code == 0 and "exported 1879 entries" in r.output
+    assert r.exit_code == 0 and "exported 2021 entries" in r.output
     reg = Registry.load(tmp_path / "reg")
     e = next(x for x in reg.all() if x.backend == "triton")
     n = 1
