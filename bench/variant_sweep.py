@@ -1,8 +1,9 @@
 """The filed wgmma kernels against template-macro variants of themselves, class by class: whether an
-experiment (wgmma.cu's RED_CHUNK, EXIT_RELAXED, EARLY_LOAD, A_TRIM: each off in every filed kernel)
-would pay on the kernels that dispatch serves, before it becomes a default.
+experiment (wgmma.cu's template macros: EARLY_LOAD, EPI_DIRECT off in every filed kernel; RED_CHUNK,
+EXIT_RELAXED, A_TRIM on since run 62, 2026-12-05, so "RED_CHUNK=1 EXIT_RELAXED=0 A_TRIM=0" is the old
+code) would pay on the kernels that dispatch serves, before it becomes a default.
 
-  python3 bench/variant_sweep.py --out $OUT --variant "RED_CHUNK=64" --variant "EXIT_RELAXED=1" \
+  python3 bench/variant_sweep.py --out $OUT --variant "RED_CHUNK=1 EXIT_RELAXED=0 A_TRIM=0" --variant EARLY_LOAD=1 \
       [--registry DIR] [--layouts nt] [--classes skinny,starved] [--stride 1] [--max-seconds 300]
 
 Per filed wgmma entry (the shipped registry, or --registry): the filed kernel and each variant (the

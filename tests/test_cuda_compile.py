@@ -237,18 +237,21 @@ def test_sass_uses_tensor_cores_and_no_local_memory(backend, hopper, sass, famil
     ("bm=128 bn=64 warps=12 stages=6", "nt"),                   # two consumer warpgroups
 ])
 def test_a_trim_compiles_without_spills_and_says_so(backend, text, layout):
-    """A_TRIM=1 (wgmma.cu: A's box M rows tall when M < BM) compiles for sm_90a without spills and
-    carries the symbol the launcher looks for; a 2-CTA cluster (A loaded in halves) is refused."""
+    """A_TRIM (wgmma.cu: A's box M rows tall when M < BM; the default where CLUSTER == 1 since
+    2026-12-05) compiles for sm_90a without spills and carries the symbol the launcher looks for;
+    A_TRIM=0 (the old code) does not; a 2-CTA cluster (A loaded in halves) is refused A_TRIM=1 and
+    gets no trim by default."""
     spec = _spec("family=wgmma " + text)
-    art = backend.compile_source(spec, "#define A_TRIM 1\n" + backend.render(spec, Problem(7, 4096, 4096, layout)),
-                                 "sm_90a", layout)
+    art = backend.compile(spec, Problem(7, 4096, 4096, layout), DeviceInfo.target("sm_90a"))
     assert art.meta["spills_bytes"] == 0 and art.meta["stack_bytes"] == 0, art.meta["log"]
     assert b"cudal2_a_trim" in art.binary
-    plain = backend.compile(spec, Problem(7, 4096, 4096, layout), DeviceInfo.target("sm_90a"))
+    plain = backend.compile_source(spec, "#define A_TRIM 0\n" + backend.render(spec, Problem(7, 4096, 4096, layout)),
+                                   "sm_90a", layout)
     assert b"cudal2_a_trim" not in plain.binary
     pair = _spec("family=wgmma bm=128 bn=128 warps=12 stages=5 cluster=2")
     with pytest.raises(CompileError, match="A_TRIM"):
         backend.compile_source(pair, "#define A_TRIM 1\n" + backend.render(pair, BIG), "sm_90a", "nn")
+    assert b"cudal2_a_trim" not in backend.compile(pair, BIG, DeviceInfo.target("sm_90a")).binary
 
 
 @pytest.mark.parametrize("text", ["bm=64 bn=64 warps=4 stages=4 warp_spec=0",        # lite

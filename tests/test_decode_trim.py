@@ -26,14 +26,14 @@ def test_plan_holds_valid_single_cta_wgmma_and_stream_specs():
         assert all(s.family == "stream" and is_valid(s, p, dev) for s in pl["stream"])
 
 
-def test_a_plan_spec_compiles_trimmed():
+def test_a_plan_spec_compiles_untrimmed():
     dt = _module()
     dev = dataclasses.replace(DeviceInfo.target("sm_90a"), sm_count=132)
     _, _, p = dt.decode_set([dt.CONFIGS / "llama-3-8b.json"], (1,))[0]
     spec = dt.plan(p, dev, 1, 0)["wgmma"][0]
-    got = dt.compile_pairs([(p.text, spec.text, "A_TRIM=1", dt.TRIM)], 1)
-    same, err = got[(p.text, "A_TRIM=1")]
-    assert err is None and same is not True       # it compiles, to other SASS than the plain kernel
+    got = dt.compile_pairs([(p.text, spec.text, "A_TRIM=0", dt.UNTRIM)], 1)
+    same, err = got[(p.text, "A_TRIM=0")]
+    assert err is None and same is not True       # it compiles, to other SASS than the default (trimmed)
 
 
 def test_bad_arguments_are_refused(tmp_path):

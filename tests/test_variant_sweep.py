@@ -47,17 +47,18 @@ def test_bad_arguments_are_refused(tmp_path):
 
 def test_pairs_with_the_filed_machine_code_are_found_before_any_timing():
     """RED_CHUNK only reaches the cluster split-K's reduction when a slice sums more than one group:
-    at 128x64 split 8 (8 groups over 8 slices) it compiles to the filed SASS, at 64x96 split 4 (12
-    over 4) it does not; A_TRIM on a 2-CTA cluster is refused by its #error."""
+    at 128x64 split 8 (8 groups over 8 slices) the old code (RED_CHUNK=1; 64 is the default since
+    2026-12-05) compiles to the filed SASS, at 64x96 split 4 (12 over 4) it does not; A_TRIM on a
+    2-CTA cluster is refused by its #error."""
     from cudal2.backends.sass import cuobjdump
     if cuobjdump() is None:
         pytest.skip("no cuobjdump (CUDA toolkit or the triton wheel's copy) to compare SASS with")
     base = "backend=cuda family=wgmma bk=64 group_m=8 subtile=1 warp_spec=1"
     same = vs._compile_pair(("1024x64x16384:nt", f"{base} bm=128 bn=64 warps=12 stages=8 split_k=8 cluster=1",
-                             "RED_CHUNK=64", {"RED_CHUNK": 64}))
+                             "RED_CHUNK=1", {"RED_CHUNK": 1}))
     assert same[2:] == (True, None)
     diff = vs._compile_pair(("64x2048x4096:nt", f"{base} bm=64 bn=96 warps=8 stages=10 split_k=4 cluster=1",
-                             "RED_CHUNK=64", {"RED_CHUNK": 64}))
+                             "RED_CHUNK=1", {"RED_CHUNK": 1}))
     assert diff[2:] == (False, None)
     bad = vs._compile_pair(("4096x4096x4096:nt", f"{base} bm=128 bn=128 warps=12 stages=5 split_k=1 cluster=2",
                             "A_TRIM=1", {"A_TRIM": 1}))
