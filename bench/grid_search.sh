@@ -32,7 +32,7 @@
 # is 26 MB, 6 MB packed.)
 # To go on from the committed state (2026-12-04 late: grid nn all 1000 searched and compared;
 # the model set all 224 searched with cost:4, its 80 shapes with M <= 16 again with the stream
-# rule's seeds, compared; grid nt 861 of 1000 searched with cost:4, 199 compared; SET=grid-nt ...
+# rule's seeds, compared; grid nt 921 of 1000 searched with cost:4, 199 compared; SET=grid-nt ...
 # cost:4 goes on) in a new session: a call that carries no pack builds run/ this way on the card
 # (below); by hand here, then `bash bench/grid_search.sh pack`:
 #   G=bench/results/h200-sm90/grid_search; mkdir -p run/compare run/compare_nt

@@ -97,19 +97,32 @@ def split_k_variants(p: Problem, device, backends=None) -> list[KernelSpec]:
 
 
 def decode_lead(n: int, problem: Problem, device, backends=None) -> list[KernelSpec]:
-    """The stream family's first seeds on a decode shape (cudal2.stream_tiles' one-wave rule), by
-    what was measured on the H200 (2026-12-04): min(M, N) <= 16, three quarters of n (the best
-    one-wave stream spec beat best-cublas on 12 of 24 model projections, where wgmma lost at
-    0.65-0.95x; filed on 40 of 80 model-set shapes at 1.03-1.25x, run 42); 17..32, one (not
-    measured); 33..64, none (the rule's best of 8 ran 0.38-0.70x of best-cublas geomean per class
-    and layout over 90 grid small / skinny shapes with min(M, N) = 64, none won, decode/
-    decode_h200-sm90_9963722). None without the cuda backend."""
+    """The first seeds on a decode shape: the stream family's one-wave rule (cudal2.stream_tiles) and,
+    half of them since 2026-12-05, the wave model's cluster-1 wgmma specs (`decode_wgmma`). How many,
+    by what was measured on the H200: min(M, N) <= 16, three quarters of n (2026-12-04: the best
+    one-wave stream spec beat best-cublas on 12 of 24 model projections, where wgmma then lost at
+    0.65-0.95x; filed on 40 of 80 model-set shapes at 1.03-1.25x, run 42); 17..32, two (not
+    measured as a lead); 33..64, none (the rule's best of 8 ran 0.38-0.70x of best-cublas geomean per
+    class and layout over 90 grid small / skinny shapes with min(M, N) = 64, none won, decode/
+    decode_h200-sm90_9963722). The wgmma half: with A's TMA box trimmed to M rows (wgmma.cu's A_TRIM,
+    run 62) the wave model's best of 6 beat the stream rule's best of 2 on 31 of the 48 decode-set
+    shapes at M 1-32 (1.053 vs 0.993 of best-cublas). None without the cuda backend."""
     from cudal2.stream_tiles import stream_candidates
     small = min(problem.M, problem.N)
     if n <= 0 or small > 32 or (backends and "cuda" not in backends):
         return []
-    want = n - n // 4 if small <= 16 else 1
-    return stream_candidates(problem, device, want)
+    want = n - n // 4 if small <= 16 else min(n, 2)
+    wg = decode_wgmma(want // 2, problem, device, backends)
+    return stream_candidates(problem, device, want - len(wg)) + wg
+
+
+def decode_wgmma(n: int, problem: Problem, device, backends=None) -> list[KernelSpec]:
+    """The wave model's first n wgmma specs without a 2-CTA cluster (those trim A's box to M rows:
+    wgmma.cu's A_TRIM), where the family runs (as `model_seeds`), else none."""
+    from cudal2.tiles import candidates
+    if n <= 0 or (backends and "cuda" not in backends) or device.cc != (9, 0) or not device.sm_count:
+        return []
+    return [s for s in candidates(problem, device, n + 4) if s.cluster == 1 and is_valid(s, problem, device)][:n]
 
 
 def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fixed",

@@ -11,7 +11,7 @@ from cudal2.device import DeviceInfo
 from cudal2.problems import Problem
 from cudal2.spec import is_valid, stream_smem
 from cudal2.stream_tiles import stream_candidates
-from cudal2.rl.staged import decode_lead, seed_specs
+from cudal2.rl.staged import decode_lead, decode_wgmma, seed_specs
 
 H200 = dataclasses.replace(DeviceInfo.target("sm_90a"), name="NVIDIA H200", sm_count=132)
 
@@ -54,10 +54,19 @@ def test_decode_seeds_lead_with_the_rule():
     p = Problem.parse("4x4096x4096:nt")
     for kind in ("auto", "model"):
         seeds = seed_specs(8, p, H200, ("triton", "cuda"), kind)
-        assert seeds[:6] == stream_candidates(p, H200, 6) == decode_lead(8, p, H200, ("triton", "cuda"))
+        lead = decode_lead(8, p, H200, ("triton", "cuda"))
+        # six: three of the stream rule's, then three of the wave model's wgmma specs that trim A
+        # (no 2-CTA cluster: wgmma.cu's A_TRIM needs CLUSTER == 1), each valid
+        assert seeds[:6] == lead == stream_candidates(p, H200, 3) + decode_wgmma(3, p, H200, ("triton", "cuda"))
+        assert [s.family for s in lead] == ["stream"] * 3 + ["wgmma"] * 3
+        assert all(s.cluster == 1 and is_valid(s, p, H200) for s in lead[3:])
         assert len(seeds) == 8 == len({s.text for s in seeds})
-    mid = Problem.parse("32x8192x8192:nt")                     # 16 < min(M, N) <= 32: one
+    mid = Problem.parse("32x8192x8192:nt")                     # 16 < min(M, N) <= 32: one of each
+    assert [s.family for s in decode_lead(8, mid, H200, ("triton", "cuda"))] == ["stream", "wgmma"]
     assert [s.family for s in seed_specs(8, mid, H200, ("triton", "cuda"), "auto")].count("stream") == 1
+    assert [s.family for s in decode_lead(1, p, H200, ("triton", "cuda"))] == ["stream"]
+    sm80 = dataclasses.replace(H200, cc=(8, 0))                 # no wgmma: the lead is all stream
+    assert [s.family for s in decode_lead(8, p, sm80, ("triton", "cuda"))] == ["stream"] * 6
     skinny = Problem.parse("64x8192x8192:nt")                  # min(M, N) = 64: none (measured to lose)
     assert decode_lead(8, skinny, H200, ("triton", "cuda")) == []
     assert decode_lead(8, p, H200, ("triton",)) == []           # no cuda backend: no stream seeds
