@@ -88,8 +88,12 @@ def _compile_pair(job):
         tool = cuobjdump()
         return ptext, name, (sass_lines(plain, tool) == sass_lines(var, tool)) if tool else None, None
     except Exception as ex:         # NVRTC's own error line where there is one (a variant's #error)
-        lines = [l for l in (getattr(ex, "log", "") or "").splitlines() if "error" in l] or str(ex).splitlines()
-        return ptext, name, None, (lines[0].strip()[:160] if lines else type(ex).__name__)
+        log = getattr(ex, "log", "") or ""
+        lines = [l for l in log.splitlines() if "error" in l] or str(ex).splitlines()
+        msg = lines[0].strip()[:160] if lines else type(ex).__name__
+        if "names no entry" in msg:     # run 62's unexplained card-only failures: keep what the log held
+            msg += f" (log {len(log)} chars, last line {log.strip().splitlines()[-1][:120] if log.strip() else '-'!r})"
+        return ptext, name, None, msg
 
 
 def compile_pairs(jobs: list, procs: int) -> dict:

@@ -63,3 +63,18 @@ def test_pairs_with_the_filed_machine_code_are_found_before_any_timing():
     bad = vs._compile_pair(("4096x4096x4096:nt", f"{base} bm=128 bn=128 warps=12 stages=5 split_k=1 cluster=2",
                             "A_TRIM=1", {"A_TRIM": 1}))
     assert bad[2] is None and "A_TRIM" in bad[3]
+
+
+def test_a_log_without_the_entry_is_reported_with_what_it_held(monkeypatch):
+    """Run 62 (H200) saw "ptxas log names no entry" in parallel compiles that CPU compiles of the same
+    sources never gave: the pair's error keeps the log's size and last line for the next card run."""
+    from cudal2.backends.cuda import BACKEND, CompileError
+
+    def fail(*a, **k):
+        raise CompileError("ptxas log names no entry 'cudal2_wgmma'", "ptxas info    : 0 bytes gmem\n")
+    monkeypatch.setattr(BACKEND, "compile_source", fail)
+    spec = "backend=cuda family=wgmma bm=64 bn=64 bk=64 warps=8 stages=4 group_m=8 split_k=1 subtile=1 warp_spec=1 cluster=1"
+    _, _, same, err = vs._compile_pair(("64x64x64:nt", spec, "EXIT_RELAXED=0", {"EXIT_RELAXED": 0}))
+    assert same is None
+    assert err == ("ptxas log names no entry 'cudal2_wgmma' (log 29 chars, last line "
+                   "'ptxas info    : 0 bytes gmem')")
