@@ -32,12 +32,11 @@ DECODE_MODELS = ("llama-3-8b", "qwen2.5-7b")     # the decode set's (registry_v2
 
 
 def plan(p, dev, n_wgmma: int, n_stream: int) -> dict[str, list]:
-    """The specs of one shape: the wave model's first n wgmma specs that may trim (no 2-CTA cluster),
-    and the stream rule's first n (cudal2.stream_tiles: what the search seeds decode with)."""
+    """The specs of one shape: the wave model's first n wgmma specs that may trim (no 2-CTA cluster)
+    and the stream rule's first n: the two halves of the search's decode lead (rl/staged.py)."""
+    from cudal2.rl.staged import decode_wgmma
     from cudal2.stream_tiles import stream_candidates
-    from cudal2.tiles import candidates
-    wg = [s for s in candidates(p, dev, max(n_wgmma, 1) + 4) if s.cluster == 1][:n_wgmma]
-    return {"wgmma": wg, "stream": stream_candidates(p, dev, n_stream)}
+    return {"wgmma": decode_wgmma(n_wgmma, p, dev), "stream": stream_candidates(p, dev, n_stream)}
 
 
 def build(spec, p, dev, trim: bool):

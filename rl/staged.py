@@ -120,9 +120,15 @@ def decode_wgmma(n: int, problem: Problem, device, backends=None) -> list[Kernel
     """The wave model's first n wgmma specs without a 2-CTA cluster (those trim A's box to M rows:
     wgmma.cu's A_TRIM), where the family runs (as `model_seeds`), else none."""
     from cudal2.tiles import candidates
-    if n <= 0 or (backends and "cuda" not in backends) or device.cc != (9, 0) or not device.sm_count:
+    if n <= 0 or not _wgmma_runs(device, backends):
         return []
     return [s for s in candidates(problem, device, n + 4) if s.cluster == 1 and is_valid(s, problem, device)][:n]
+
+
+def _wgmma_runs(device, backends) -> bool:
+    """The wgmma family's seeds need sm_90a, the cuda backend allowed and a measured SM count (the
+    wave model counts waves over it)."""
+    return not (backends and "cuda" not in backends) and device.cc == (9, 0) and bool(device.sm_count)
 
 
 def seed_specs(n: int, problem: Problem, device, backends=None, kind: str = "fixed",
@@ -187,7 +193,7 @@ def model_seeds(n: int, problem: Problem, device, backends=None) -> list[KernelS
     on 20-40% of shapes, where the fixed list's best was 0.82x (1-100 GFLOP, median); under 1 GFLOP,
     with lite specs among them, 1.000x nn (all 304 grid shapes, 194 won) and 1.032x nt (210 shapes)."""
     from cudal2.tiles import candidates
-    if n <= 0 or (backends and "cuda" not in backends) or device.cc != (9, 0) or not device.sm_count:
+    if n <= 0 or not _wgmma_runs(device, backends):
         return []
     # Under 1 GFLOP the lite schedule (warp_spec 0) was the best spec of 89 of 304 grid shapes nn and
     # 59 of 210 nt (H200, 2026-12-03, hopper/run36-37); elsewhere it lost (starved, skinny: run 36).

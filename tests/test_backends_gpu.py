@@ -161,7 +161,7 @@ def test_wgmma_odd_bn(gpu_device, layout, text):
     assert report.passed, "\n".join(r.line() for r in report.results)
 
 
-# A_TRIM=1 (wgmma.cu, an experiment off in every filed kernel): A's TMA box M rows tall when M < BM,
+# A_TRIM=1 (wgmma.cu; the default where CLUSTER == 1 since 2026-12-05, run 62): A's TMA box M rows tall when M < BM,
 # the ring's rows >= M left stale. The full checker (its edges run the same kernel at M 1, 17, 100 ...)
 # at decode-like M, each schedule and split-K path.
 @pytest.mark.parametrize("text", ["bm=64 bn=64 warps=8 stages=13 split_k=2",
@@ -181,7 +181,7 @@ def test_wgmma_a_trim(gpu_device, layout, M, text):
     assert report.passed, "\n".join(r.line() for r in report.results)
 
 
-# EPI_DIRECT=1 (wgmma.cu, an experiment off in every filed kernel): the epilogue stores from registers,
+# EPI_DIRECT=1 (wgmma.cu, an experiment off in every filed kernel, 0.75x of them in run 62): the epilogue stores from registers,
 # no TMA store; the full checker (edges off the tile grid: the guards replace TMA's clipping).
 @pytest.mark.parametrize("text", ["bm=64 bn=64 warps=4 stages=4 warp_spec=0",
                                   "bm=128 bn=96 warps=12 stages=6",

@@ -54,8 +54,10 @@ CHOICES: dict[str, tuple] = {
     # fit 13 stages in 227 KB, thin ones more.
     "stages": tuple(range(2, 21)),
     "group_m": (1, 4, 8, 16),
-    # Non-powers of two too: clusters of 3 / 6 / 12 K slices may fill more of the GPCs than 2 / 4 / 8 / 16
-    # (a cluster cannot span GPCs, and the H200 holds only 120 CTAs in clusters of 4 or 8: run 59).
+    # Non-powers of two too: clusters of 3 / 6 / 12 K slices give other CTA counts than 2 / 4 / 8 / 16
+    # (a cluster cannot span GPCs). The H200 holds 117 / 102 / 84 CTAs in clusters of 3 / 6 / 12
+    # against 120 in clusters of 4 or 8 (run 61), and split 3 / 6 won none of run 61's skinny cases:
+    # kept for the search to try per shape.
     "split_k": (1, 2, 3, 4, 6, 8, 12, 16),
     "subtile": (1, 2),
     # Triton: 0/1 = the warp-specialisation hint. wgmma: 1 = cooperative consumers (they split each

@@ -27,7 +27,7 @@ from .spec import CHOICES, KernelSpec, is_valid
 _BMS = (64, 128, 256)
 # Every split the grammar has (3 / 6 / 12 since 2026-12-05, not measured as seeds yet): on the card
 # the cluster counts of every size are probed (cudal2.cluster_fit), so the model counts their cluster
-# waves; the H200's GPCs hold 120 CTAs in clusters of 4 or 8 (run 59), clusters of 3 / 6 may hold more.
+# waves (the H200: 120 CTAs in clusters of 4 or 8, 117 / 102 / 84 in clusters of 3 / 6 / 12, run 61).
 _SPLITS = CHOICES["split_k"]
 
 

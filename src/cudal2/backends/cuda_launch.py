@@ -79,8 +79,9 @@ class CudaKernel:
             check(d.cuFuncSetAttribute(self.funcs["cudal2_wgmma"], np_attr, 1),
                   f"cuFuncSetAttribute(cudal2_wgmma, non-portable cluster of {self.spec.split_k})")
         if self.family == "wgmma":
-            # A kernel built with A_TRIM=1 (wgmma.cu) expects A's box M rows tall when M < BM: its
-            # module says so by a symbol, so the maps below always match the transaction count.
+            # A kernel built with A_TRIM (wgmma.cu's default where CLUSTER == 1) expects A's box M
+            # rows tall when M < BM: its module says so by a symbol, so the maps below always match
+            # the transaction count.
             self.a_trim = d.cuModuleGetGlobal(self.module, b"cudal2_a_trim")[0] == d.CUresult.CUDA_SUCCESS
         self.sm_count = self.device_info.sm_count     # read once by cudal2.device, not asked again
         self.threads = self.spec.warps * 32
@@ -226,7 +227,7 @@ class CudaKernel:
 
     # CTAs a persistent cluster launch may have resident at once (None: one per SM).
     cluster_ctas: int | None = None
-    # wgmma built with A_TRIM=1 (read off the module when loaded).
+    # wgmma built with A_TRIM (read off the module when loaded).
     a_trim: bool = False
 
     def _cluster_capacity(self) -> int:
