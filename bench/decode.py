@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from cudal2.report import write_rows_csv
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "bench" / "configs"
 TOKENS = (1, 2, 4, 8, 16, 32, 64)
@@ -352,12 +354,9 @@ def main() -> int:
             f"stream {row['stream_us']} us {row['stream_tbs']} TB/s ({row['stream_of_copy']:.2f} of copy)"
             + (f"; server {row['server_speedup']:.3f}x" if "server_speedup" in row else "") + f" [{row['spec']}]"
             if row.get("status") == "ok" else row.get("status", "")), flush=True)
-        fields = list(dict.fromkeys(k for r in rows for k in r))
-        with open(out / f"{tag}.csv", "w", newline="") as f:     # rewritten per shape: a cut run keeps it
-            f.write(f"# {meta['command']}\n# device {dev.key} commit {source_commit()} copy_bw_TBs {bw / 1e12:.3f}\n")
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            w.writerows(rows)
+        # rewritten per shape: a cut run keeps it
+        write_rows_csv(out / f"{tag}.csv", rows,
+                       (meta["command"], f"device {dev.key} commit {source_commit()} copy_bw_TBs {bw / 1e12:.3f}"))
         (out / f"{tag}.json").write_text(json.dumps({**meta, "rows": rows, "specs": details}, indent=1))
         write_specs_csv(out / f"{tag}.specs.csv", rows, details)
     text = summary(rows, bw)

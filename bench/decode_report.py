@@ -12,11 +12,12 @@ torch.matmul's (that is what runs). Writes decode_set.md and decode_set.csv unde
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
 from pathlib import Path
+
+from cudal2.report import write_rows_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIGS = ("bench/configs/llama-3-8b.json", "bench/configs/qwen2.5-7b.json")
@@ -112,12 +113,8 @@ def main(argv=None) -> int:
             f"M in {{{args.tokens}}}, nt; {len(rows)} of {len(problems)} shapes in {Path(args.compare).name}; "
             f"cudal2 as dispatched.\n\n" + table(rows, compare["peak"]["bw"]) + "\n")
     (out / "decode_set.md").write_text(text)
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(out / "decode_set.csv", "w", newline="") as f:
-        f.write(f"# python3 bench/decode_report.py {' '.join(argv if argv is not None else sys.argv[1:])}\n")
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    write_rows_csv(out / "decode_set.csv", rows,
+                   (f"python3 bench/decode_report.py {' '.join(argv if argv is not None else sys.argv[1:])}",))
     print(text.split("\n\n")[1] if "\n\n" in text else text)
     print(f"-> {out / 'decode_set.md'}")
     return 0

@@ -14,12 +14,13 @@ over best-cublas; the geomean of plain / trimmed time over the specs built both 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
 import time
 from pathlib import Path
+
+from cudal2.report import write_rows_csv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cta_timeline import build_variant, prefix  # noqa: E402
@@ -154,12 +155,8 @@ def main(argv=None) -> int:
         print(f"[{i + 1}/{len(work)}] {p}: cublas {row.get('cublas_us')} stream {row.get('stream_us')} "
               f"wgmma {row.get('wgmma_us')} trim {row.get('wgmma-trim_us')} (plain/trim {row.get('plain_over_trim')})",
               flush=True)
-        fields = list(dict.fromkeys(k for r in rows for k in r))
-        with open(out / f"{tag}.csv", "w", newline="") as f:
-            f.write(f"# {meta['command']}\n# device {dev.key} commit {source_commit()} copy_bw_TBs {bw / 1e12:.3f}\n")
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            w.writerows(rows)
+        write_rows_csv(out / f"{tag}.csv", rows,
+                       (meta["command"], f"device {dev.key} commit {source_commit()} copy_bw_TBs {bw / 1e12:.3f}"))
         (out / f"{tag}.json").write_text(json.dumps({**meta, "rows": rows, "specs": details}, indent=1))
     for kind in ("stream", "wgmma", "wgmma-trim"):
         xs = [r.get(f"{kind}_speedup") for r in rows]

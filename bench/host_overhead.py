@@ -27,13 +27,14 @@ overlap, shapes) runs the same on either.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from cudal2.report import write_rows_csv
 
 SHAPES = "1x4096x4096:nt,16x4096x4096:nt,128x4096x4096:nt,64x64x64:nn,512x512x512:nn,128x4096x4096:nn"
 
@@ -191,11 +192,7 @@ def main(argv=None) -> int:
                 "repeats": args.repeats, "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "what": "CPU, GPU launch stubbed: Python µs per call (best of repeats)"}
         (out / "host_overhead.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-        fields = list(dict.fromkeys(k for r in rows for k in r))
-        with open(out / "host_overhead.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            w.writerows(rows)
+        write_rows_csv(out / "host_overhead.csv", rows)
         print(f"wrote {out}/host_overhead.json, .csv")
     return 0
 

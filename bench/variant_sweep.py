@@ -19,13 +19,14 @@ rewritten after every entry.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
 import sys
 import time
 from pathlib import Path
+
+from cudal2.report import write_rows_csv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cta_timeline import build_variant, parse_defines, prefix  # noqa: E402
@@ -207,12 +208,7 @@ def main(argv=None) -> int:
         print(f"[{i + 1}/{len(todo)}] {e.problem}: filed {row.get('filed_us')} µs; "
               + "; ".join(f"{n} {row.get(n + ' ratio', row.get(n + ' note'))}" for n in variants), flush=True)
         ok = [r for r in rows if "filed_us" in r]
-        fields = list(dict.fromkeys(k for r in rows for k in r))
-        with open(out / f"{tag}.csv", "w", newline="") as f:
-            f.write(f"# {meta['command']}\n# device {dev.key} commit {source_commit()}\n")
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            w.writerows(rows)
+        write_rows_csv(out / f"{tag}.csv", rows, (meta["command"], f"device {dev.key} commit {source_commit()}"))
         (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(ok, list(variants)),
                                                      "rows": rows}, indent=1))
     summary = summarize([r for r in rows if "filed_us" in r], list(variants))

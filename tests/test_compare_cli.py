@@ -299,3 +299,14 @@ def test_cublas_argument_mapping_emulated(layout, monkeypatch, tmp_path):
         assert torch.allclose(c.float(), ref, rtol=2e-3, atol=2e-3), name
     cache = json.loads((tmp_path / "lt-autotune-fake-sm90.json").read_text())
     assert cache[f"{p.text}|cublasLt130000"]["algo"][0] >= 100 and cache[f"{p.text}|cublasLt130000"]["candidates"] == 3
+
+
+def test_write_rows_csv_keeps_comments_and_every_rows_keys(tmp_path):
+    """The bench scripts' CSV (cudal2.report.write_rows_csv): comment lines first, then columns in
+    first-seen order over all rows, a key missing from a row an empty cell."""
+    from cudal2.report import write_rows_csv
+    path = write_rows_csv(tmp_path / "t.csv", [{"shape": "1x8x8:nt", "us": 4.5}, {"shape": "2x8x8:nt", "note": "x"}],
+                          ("python3 bench/x.py --out o", "device h200-sm90 commit abc"))
+    assert path.read_text().splitlines() == ["# python3 bench/x.py --out o", "# device h200-sm90 commit abc",
+                                             "shape,us,note", "1x8x8:nt,4.5,", "2x8x8:nt,,x"]
+    assert write_rows_csv(tmp_path / "u.csv", [{"a": 1}]).read_text().splitlines() == ["a", "1"]

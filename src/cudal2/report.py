@@ -78,6 +78,18 @@ def write_csv(path, rows: Sequence[Mapping], meta: Mapping) -> Path:
     return path
 
 
+def write_rows_csv(path, rows: Sequence[Mapping], comments: Sequence[str] = ()) -> Path:
+    """The bench scripts' CSV: each comment as a `# ` line (the command, card, commit), then a
+    table whose columns are every row's keys in first-seen order (a missing cell is empty)."""
+    path = Path(path)
+    with path.open("w", newline="") as f:
+        f.writelines(f"# {c}\n" for c in comments)
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
 def read_csv(path) -> tuple[list[dict], dict]:
     meta, body = {}, []
     for line in Path(path).read_text().splitlines():
