@@ -30,7 +30,7 @@
 # `carry: [".runpack", ".whl", ".commit"]`; this script unpacks .runpack/run.tgz when run/ has no
 # store. (Carrying run/ unpacked went over the device's 64 MiB tree limit on 2026-12-03: the store
 # is 26 MB, 6 MB packed.)
-# To go on from the committed state (2026-12-04 late: grid nn all 1000 searched and compared;
+# To go on from the committed state (2026-12-05: grid nn all 1000 searched and compared;
 # the model set all 224 searched with cost:4, its 80 shapes with M <= 16 again with the stream
 # rule's seeds, compared; grid nt 921 of 1000 searched with cost:4, 199 compared; SET=grid-nt ...
 # cost:4 goes on) in a new session: a call that carries no pack builds run/ this way on the card
