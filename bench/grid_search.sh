@@ -12,6 +12,8 @@
 #                                   # run/grid_nn2.db (--resume skips what a store finished), its policy
 #                                   # starting from grid.db's; it files into the same registry, where an
 #                                   # entry is replaced only by a higher speedup over best-cublas
+#                                   # models-decode: the model set's 96 shapes with M <= 32 again with the
+#                                   # decode lead's trimmed wgmma seeds, store run/models_decode.db
 #   bash bench/grid_search.sh search-all SECONDS [SEEDS] [CAP]  # registry v2 (issue 22): grid-nn, then
 #                                   # grid-nt, then models, each --resume, until SECONDS are spent; call
 #                                   # it again in the next device call / session to go on
@@ -52,7 +54,7 @@ set -uo pipefail
 if [ "${1:-}" = pack ]; then       # CPU side: no device_env, no store checkpoint, nothing else
   mkdir -p .runpack
   keep=(run/grid.db run/grid.db.ckpt run/registry)
-  for f in run/grid_nn2.db run/grid_nn2.db.ckpt run/grid_nn_leads.db run/grid_nn_leads.db.ckpt run/lt-autotune-*.json run/compare/compare_grid.rows.jsonl \
+  for f in run/grid_nn2.db run/grid_nn2.db.ckpt run/grid_nn_leads.db run/grid_nn_leads.db.ckpt run/models_decode.db run/models_decode.db.ckpt run/lt-autotune-*.json run/compare/compare_grid.rows.jsonl \
            run/compare_nt/compare_grid.rows.jsonl; do
     [ -e "$f" ] && keep+=("$f")
   done
@@ -79,6 +81,9 @@ if [ ! -f run/grid.db ]; then
   fi
   if [ -f $G/grid_nn_leads_store.db.gz ]; then
     gunzip -c $G/grid_nn_leads_store.db.gz >run/grid_nn_leads.db
+  fi
+  if [ -f $G/models_decode_store.db.gz ]; then
+    gunzip -c $G/models_decode_store.db.gz >run/models_decode.db
   fi
 fi
 # cuBLASLt autotune's choices (baselines.py's on-disk cache) travel in run/ too: the registry's
@@ -120,7 +125,14 @@ search_set() {   # search_set SET SECONDS
               extra=(--init-policy run/grid.db.ckpt/policy.pt --lead-specs bench/grid_nn2_leads.txt) ;;
     grid-nt) shapes=bench/grid_nt_order.txt; layout=nt; stride=1 ;;
     models)  shapes=bench/model_set.txt; layout=nt; stride=11; extra=(--m-buckets) ;;
-    *) echo "unknown SET $set (grid-nn | grid-nt | models | grid-nn2 | grid-nn-leads)"; return 2 ;;
+    # The model set's 96 decode shapes (M <= 32; bench/model_decode_set.txt, the M <= 32 lines of
+    # model_set.txt) again, since decode_lead seeds the wave model's trimmed wgmma specs (run 62:
+    # trimmed wgmma beat the stream rule on 31 of 48 decode shapes), in a store of its own
+    # (run/models_decode.db: models' store has finished these shapes, and --resume would skip them).
+    # Files into the same registry, where an entry is replaced only by a higher speedup.
+    models-decode) shapes=bench/model_decode_set.txt; layout=nt; stride=1; store=run/models_decode.db
+              extra=(--m-buckets --init-policy run/grid.db.ckpt/policy.pt) ;;
+    *) echo "unknown SET $set (grid-nn | grid-nt | models | models-decode | grid-nn2 | grid-nn-leads)"; return 2 ;;
   esac
   n=$(ls "$OUT"/generate_*.log 2>/dev/null | wc -l)
   capopt=(); [ "$cap" != 0 ] && capopt=(--screen-max-calls "$cap")
@@ -176,7 +188,7 @@ esac
 python3 - <<'EOF'
 import glob
 import sqlite3
-for path in sorted(glob.glob("run/grid*.db")):
+for path in sorted(glob.glob("run/grid*.db") + glob.glob("run/models_decode.db")):
     db = sqlite3.connect(path)
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")   # the WAL's rows into the file before packing
     print(f"store {path}:", db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0], "measurements,",

@@ -26,6 +26,14 @@ def test_committed_model_set_is_what_the_configs_give():
     assert {"1x28672x8192:nt", "8192x8192x28672:nt", "16x512x2048:nt"} <= texts
 
 
+def test_committed_decode_set_is_the_model_sets_decode_shapes():
+    shapes = read_shape_file(str(BENCH / "model_decode_set.txt"), "nt")
+    assert [p.text for p in shapes] == model_set.decode_set()
+    # 16 (N, K) pairs at M 1, 2, 4, 8, 16, 32: the shapes decode_lead seeds (min(M, N) <= 32).
+    assert len(shapes) == 16 * 6 and max(p.M for p in shapes) == 32
+    assert {p.text for p in shapes} < set(model_set.model_set())
+
+
 STUB = """#!/usr/bin/env bash
 echo "$@" >>"$STUB_LOG"
 case "$*" in *"--layout $STUB_STOP_AT"*) echo "stopped at the time limit: 3 of 1000 shapes not finished";; esac
@@ -80,3 +88,13 @@ def test_grid_nn2_searches_the_nn_grid_again_in_its_own_store(tmp_path):
     assert "--store run/grid_nn2.db" in call and "--registry run/registry" in call
     assert "--init-policy run/grid.db.ckpt/policy.pt" in call and "--seed-list cost:4" in call
     assert "--lead-specs bench/grid_nn2_leads.txt" in call          # the nt search's winner first
+
+
+def test_models_decode_searches_the_decode_shapes_again_in_its_own_store(tmp_path):
+    """SET=models-decode: the model set's M <= 32 shapes again (models' store finished them and
+    --resume would skip them), with M buckets as the model set, filing into the one registry."""
+    (call,) = _run(tmp_path, "none", ("search", "300", "cost:4"), {"SET": "models-decode"})
+    assert "--layout nt" in call and "--shapes bench/model_decode_set.txt" in call
+    assert "--store run/models_decode.db" in call and "--registry run/registry" in call
+    assert "--m-buckets" in call and "--resume" in call and "--seed-list cost:4" in call
+    assert "--init-policy run/grid.db.ckpt/policy.pt" in call
