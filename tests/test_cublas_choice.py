@@ -219,6 +219,82 @@ def test_cli_add_timings(tmp_path):
     assert "1 cuBLAS entries got a timing; 1 now dispatch to another call" in r.output
     r = run(app, ["registry", "add-timings", str(cmp)])
     assert r.exit_code == 1 and "shipped registry is read-only" in r.output
+    import gzip                 # a committed compare is gzipped: read as it is, same evidence (none new)
+    (tmp_path / "cmp.json.gz").write_bytes(gzip.compress(cmp.read_bytes()))
+    r = run(app, ["registry", "add-timings", str(tmp_path / "cmp.json.gz"), "--registry", str(tmp_path / "reg")])
+    assert r.exit_code == 0 and "0 cuBLAS entries got a timing" in r.output, r.output
     (tmp_path / "bad.json").write_text("{}")
     r = run(app, ["registry", "add-timings", str(tmp_path / "bad.json"), "--registry", str(tmp_path / "reg")])
     assert r.exit_code == 1 and "not a cudal2 compare JSON" in r.output
+
+
+def test_the_dispatched_calls_timing_stands_in_for_its_baseline():
+    """A compare row that cudal2 served through a cuBLASLt call (cudal2_via) timed that call, with
+    the entry's stored algorithm, as cudal2's column: that is the evidence for the entry, not the
+    baseline's fresh autotune pick (H200 run 67: 256x16384x1024 nt's stored algorithm 20.06 us where
+    the compare's own autotune found 17.34 us; torch.matmul 19.14 us). A kernel row keeps its columns."""
+    from cudal2.registry import compare_timings
+    rows = [{"M": 256, "N": 16384, "K": 1024, "layout": "nt", "cudal2_via": AT, "offline_torch_median_us": 19.14,
+             f"offline_{AT}_median_us": 17.34, f"offline_{HE}_median_us": 18.08, "offline_cudal2_median_us": 20.06},
+            {"M": 64, "N": 64, "K": 64, "layout": "nt", "cudal2_via": "kernel", "offline_torch_median_us": 5.0,
+             f"offline_{AT}_median_us": 5.1, "offline_cudal2_median_us": 4.6}]
+    got = compare_timings({"config": {"baselines": ["torch", AT, HE]}, "rows": rows})
+    assert got["256x16384x1024:nt"] == {"torch": 19.14, AT: 20.06, HE: 18.08}
+    assert got["64x64x64:nt"] == {"torch": 5.0, AT: 5.1}
+    # With it the entry that had won its filing timings by >= 1.01 goes to torch.matmul.
+    rec = cublas_choice([rep(19.6, 18.9), rep(19.5, 18.8), got["256x16384x1024:nt"]])
+    assert rec["target"] == "torch"
+
+
+def test_server_guard_stops_a_cublaslt_call_that_lost_cold(tmp_path):
+    """H200 run 67: 256x2048x4096 nt's stored autotune call beat torch.matmul offline in all four
+    timings (>= 1.026x) and ran 0.905x of it in server mode (L2 wiped). Under --server-guard 0.97
+    the entry dispatches torch.matmul, the reason kept; a later compare's offline timing (where
+    the call wins again) does not bring it back. A call at 0.98x cold stays; where the entry's
+    call was not the one dispatched in the compare, its baseline column is the evidence; the next
+    qualified call is held to the same compare's columns."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cudal2.cli import app
+    from cudal2.registry import add_timings
+    cold, warm, other = Problem(256, 2048, 4096, "nt"), Problem(128, 512, 16384, "nt"), Problem(64, 64, 4096, "nt")
+    both = Problem(2048, 512, 4096, "nt")
+    reg = Registry.load(tmp_path / "reg", create=True)
+    for p in (cold, warm, other, both):
+        reps = [rep(10.6, 10.0, 10.3), rep(10.5, 10.1, 10.3), rep(10.7, 10.2, 10.4)]
+        reg.add(Entry(problem=p.text, device="h200-sm90", backend="cublas", time_us=10.0, best_cublas_us=10.0,
+                      baselines_us=reps[0], dispatch=cublas_choice(reps)), None)
+    assert all(reg.lookup(p, "h200-sm90").dispatch["target"] == AT for p in (cold, warm, other))
+
+    def row(p, via, server_cudal2, server_torch, **server):
+        return {"M": p.M, "N": p.N, "K": p.K, "layout": "nt", "cudal2_via": via, "offline_torch_median_us": 10.6,
+                f"offline_{AT}_median_us": 10.1, f"offline_{HE}_median_us": 10.3, "offline_cudal2_median_us": 10.1,
+                "server_cudal2_mean_us": server_cudal2, "server_torch_mean_us": server_torch,
+                **{f"server_{k}_mean_us": v for k, v in server.items()}}
+    cmp = tmp_path / "cmp.json"
+    cmp.write_text(json.dumps({"versions": {"device_key": "h200-sm90"},
+                               "config": {"baselines": ["torch", AT, HE], "modes": ["offline", "server"]},
+                               "rows": [row(cold, AT, 20.0, 18.1, **{HE: 19.0}), row(warm, AT, 20.0, 19.6),
+                                        row(other, HE, 15.0, 15.3, **{AT: 15.0}),
+                                        row(both, HE, 20.0, 18.0, **{AT: 19.0})]}))
+    r = CliRunner().invoke(app, ["registry", "add-timings", str(cmp), "--registry", str(tmp_path / "reg"),
+                                 "--server-guard", "0.97"])
+    assert r.exit_code == 0, r.output
+    assert (f"h200-sm90/{cold.text}: {AT} kept out (server mode 0.905x of torch.matmul, guard 0.97); "
+            "dispatches torch") in r.output
+    assert "--server-guard 0.97: 4 cuBLASLt calls no longer dispatched" in r.output
+    back = Registry.load(tmp_path / "reg")
+    e = back.lookup(cold, "h200-sm90")
+    assert e.dispatch["target"] == "torch" and "server 0.9050x" in e.dispatch["cold"][AT]
+    assert "server 0.9526x" in e.dispatch["cold"][HE]          # the next call, 18.1 / 19.0 in its column
+    assert "won but not runnable" in e.dispatch["why"] and lt_dispatch.choose(e, V)[0] == "torch"
+    assert back.lookup(warm, "h200-sm90").dispatch["target"] == AT          # 19.6 / 20.0 = 0.98x
+    assert back.lookup(other, "h200-sm90").dispatch["target"] == AT         # its own column: 1.02x
+    # autotune's own column 0.947x: out; the heuristic next, as dispatched 0.90x: out too; torch.
+    b = back.lookup(both, "h200-sm90").dispatch
+    assert b["target"] == "torch" and set(b["cold"]) == {AT, HE}
+    add_timings(tmp_path / "reg", "h200-sm90", {cold.text: rep(10.8, 9.9)})
+    e = Registry.load(tmp_path / "reg").lookup(cold, "h200-sm90")
+    assert e.dispatch["target"] == "torch" and AT in e.dispatch["cold"] and len(e.dispatch["repeats"]) == 5

@@ -447,3 +447,31 @@ def test_server_guard_refiles_kernels_that_lose_cold(tmp_path):
     with pytest.raises(RegistryError, match="server guard"):
         from cudal2.registry import server_guard
         server_guard(tmp_path / "r", DEV, {}, 1.5)
+
+
+def test_a_search_does_not_file_again_the_kernel_the_server_guard_refiled(tmp_path):
+    """H200 2026-12-05 (run 68): the decode re-search re-filed at 1x2048x8192:nt the very stream
+    spec the server guard had re-filed as cuBLAS (0.917x of torch.matmul cold); the next compare
+    found it at 0.939x cold again. The same spec at that shape is refused with the reason, `force`
+    files it; another spec, not yet measured cold, files as before."""
+    p = Problem(1, 2048, 8192, "nt")
+    m = {"spec": MMA, "problem": p.text, "device": DEV, "status": "ok", "time_us": 9.4, "best_cublas_us": 11.3,
+         "baselines_us": {"torch": 11.5, "cublas-tn": 11.3}, "check": {"passed": True}, "versions": {}}
+
+    def guarded(root):
+        Registry.load(root, create=True).add(entry(p.text, MMA, t=9.5, best=11.3), "// cuda " + src("cold"))
+        cmp = _server_compare(tmp_path / "c.json", [(p, "kernel", 21.0, 19.3)])
+        res = runner.invoke(app, ["registry", "add-timings", str(cmp), "--registry", str(root),
+                                  "--server-guard", "0.97"])
+        assert res.exit_code == 0 and "kernel -> cuBLAS (server mode 0.919x" in res.output, res.output
+        return root
+
+    root = guarded(tmp_path / "r")
+    with pytest.raises(RegistryError, match=r"this spec ran server 0\.9190x of torch.matmul .*stays cuBLAS"):
+        record_winner(root, m, "// cuda " + src("again"))
+    assert Registry.load(root).lookup(p, DEV).backend == "cublas"
+    other = MMA.replace("stages=4", "stages=3")
+    assert record_winner(root, {**m, "spec": other}, "// cuda " + src("other")).backend == "cuda"
+    root = guarded(tmp_path / "r2")
+    e = record_winner(root, m, "// cuda " + src("again"), force=True)
+    assert e.backend == "cuda" and Registry.load(root).lookup(p, DEV).time_us == 9.4

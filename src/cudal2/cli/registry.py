@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Optional
@@ -295,23 +296,27 @@ def rerender_cmd(registry: Optional[str] = _REG_OPT,
                   f"--registry {reg.root}" if pending else ""))
 
 
-def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare --json` file of this device"),
+def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare --json` file of this device "
+                                                                  "(gzipped or not)"),
                     registry: Optional[str] = _REG_OPT,
                     margin: Optional[float] = typer.Option(None, "--margin", help="the cuBLAS margin (default: "
                                                            "each entry's own, 1.01)"),
                     guard: Optional[float] = typer.Option(
-                        None, "--server-guard", help="also re-file as cuBLAS each kernel entry that ran under this "
-                        "ratio of torch.matmul in the compare's server mode (cold L2; e.g. 0.97 for a decode "
-                        "server); off by default: the registry is chosen by offline time")) -> None:
+                        None, "--server-guard", help="also re-file as cuBLAS each kernel entry, and stop dispatching "
+                        "each cuBLASLt call, that ran under this ratio of torch.matmul in the compare's server "
+                        "mode (cold L2; e.g. 0.97 for a decode server); off by default: the registry is chosen "
+                        "by offline time")) -> None:
     """Add a compare run's timings to the cuBLAS entries' evidence and choose their calls again."""
     from .errors import fail
-    from ..registry import RegistryError, add_timings, compare_timings, server_guard, server_timings
+    from ..registry import (RegistryError, add_timings, call_guard, call_timings, compare_timings, server_guard,
+                            server_timings)
     reg = _load(registry)
     if reg.shipped:
         fail("the shipped registry is read-only here: export it, add the timings to the copy, ship that", code=1)
         return
     try:
-        data = json.loads(Path(compare).read_text())
+        raw = Path(compare).read_bytes()
+        data = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)   # committed compares are gzipped
         device = data["versions"]["device_key"]
         guarded = []
         if guard is not None:       # first: the entries it re-files take this compare's timings below
@@ -321,10 +326,11 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
                 return
             guarded = server_guard(reg.root, device, srv, guard)
         moved = add_timings(reg.root, device, compare_timings(data), margin)
+        calls = call_guard(reg.root, device, call_timings(data), guard) if guard is not None else []
     except FileNotFoundError:
         fail(f"{compare}: no such file", code=1)
         return
-    except (KeyError, TypeError, json.JSONDecodeError) as e:
+    except (KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as e:
         fail(f"{compare}: not a cudal2 compare JSON ({type(e).__name__}: {e})", code=1)
         return
     except RegistryError as e:
@@ -339,6 +345,11 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
             typer.echo(f"{e.key}: {old} -> {new} ({e.dispatch['why']})")
     typer.echo(f"{device}: {len(moved)} cuBLAS entries got a timing; "
                f"{sum(o != n for _, o, n in moved)} now dispatch to another call")
+    for e, call, ratio in calls:
+        typer.echo(f"{e.key}: {call} kept out (server mode {ratio:.3f}x of torch.matmul, guard {guard}); "
+                   f"dispatches {e.dispatch['target']}")
+    if guard is not None:
+        typer.echo(f"{device}: --server-guard {guard}: {len(calls)} cuBLASLt calls no longer dispatched")
 
 
 def register(app) -> None:

@@ -3,10 +3,11 @@
 Owns: an entry and its rules (entry.py: Entry, RegistryError, the filing margin), the evidence
 rules dispatch serves by (evidence.py: a cuBLAS entry's call, a kernel entry's measured scope), the index on disk
 and its queries (index.py: Registry, load / lookup / nearest / add / verify / export, the shipped
-root), and filing measurements into it (record.py: record_winner, record_cublas). This folder also
+root), filing measurements into it (record.py: record_winner, record_cublas) and a compare's
+timings as evidence (timings.py: add_timings, server_guard, call_guard). This folder also
 holds the shipped registry's data, index.json (its sources ship in cudal2.kernels_*/generated).
 May import: problems, spec, device, backends and check (to verify); never evaluate, store, ops,
-cli or rl. Inside: record -> index -> entry -> evidence, one direction.
+cli or rl. Inside: record / timings -> index -> entry -> evidence, one direction.
 """
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from .entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, chec
 from .index import (ENV, Registry, VerifyResult, check_render, default_root, log_distance, shipped_root,
                     target_for_key)
 from .evidence import CUBLAS_MARGIN, DISPATCH_TARGETS, cublas_choice, legacy_choice, scope_problems
-from .record import (add_timings, compare_timings, record_cublas, record_scope, record_winner, server_guard,
-                     server_timings)
+from .record import lost_cold, record_cublas, record_scope, record_winner
+from .timings import add_timings, call_guard, call_timings, compare_timings, server_guard, server_timings
 
 # Every public name, so `from cudal2.registry import X` keeps working for all callers.
-__all__ = ["CUBLAS_MARGIN", "DISPATCH_TARGETS", "add_timings", "compare_timings", "cublas_choice", "server_guard",
-           "server_timings",
+__all__ = ["CUBLAS_MARGIN", "DISPATCH_TARGETS", "add_timings", "call_guard", "call_timings", "compare_timings",
+           "cublas_choice", "lost_cold", "server_guard", "server_timings",
            "legacy_choice", "record_scope", "scope_problems", "BACKENDS", "ENV", "FORMAT", "SUFFIX",
            "VERSION", "Entry", "Registry", "RegistryError", "VerifyResult", "check_margin", "check_render",
            "default_root", "log_distance", "record_cublas", "record_winner", "sha256_text", "shipped_root",

@@ -1,0 +1,156 @@
+"""A compare run's timings as registry evidence (`cudal2 registry add-timings`): its offline medians
+join the cuBLAS entries' repeated timings (add_timings, compare_timings), and with a server guard
+(cold L2) a kernel entry that ran slower than torch.matmul becomes a cuBLAS entry (server_guard)
+and a cuBLASLt call that did is no longer dispatched there (call_guard). The rules are evidence.py's."""
+from __future__ import annotations
+
+from ..problems import Problem
+from . import evidence
+from .entry import Entry, RegistryError
+from .index import Registry
+
+
+def add_timings(registry_path, device_key: str, timings: dict,
+                margin: float | None = None) -> list[tuple[Entry, str, str]]:
+    """Give the cuBLAS entries of `device_key` another independent timing of their shape
+    ({problem text: {baseline: us}}, e.g. a `cudal2 compare` run's offline medians) and choose
+    their call again by evidence.cublas_choice over every timing: a cuBLASLt call must still beat
+    torch.matmul by the margin in all of them. Why: on the H200 model set (2026-12-04) a call that
+    won by 1.2-1.7% in the three filing timings ran 0.954x of torch.matmul in the compare after.
+    An entry filed before dispatch records counts its one recorded timing as the first.
+    `margin`: None keeps each entry's own. Returns (entry, old target, new target) per changed entry."""
+    if margin is not None and not margin >= 1.0:
+        raise RegistryError(f"the cuBLAS margin must be >= 1.0, got {margin}")
+    moved: list[tuple[Entry, str, str]] = []
+
+    def add(e: Entry) -> bool:
+        t = timings.get(e.problem)
+        if e.backend != "cublas" or not t:
+            return False
+        old = e.dispatch or evidence.legacy_choice(e.baselines_us)
+        reps = [dict(r) for r in old["repeats"] if r]
+        if dict(t) in reps:           # the same timing twice is not a second run
+            return False
+        e.dispatch = _chosen(reps + [dict(t)], margin or old["margin"], old.get("cold"))
+        moved.append((e, old["target"], e.dispatch["target"]))
+        return True
+    Registry.load(registry_path).update(device_key, add)
+    return moved
+
+
+def compare_timings(compare_json: dict) -> dict:
+    """{problem text: {baseline: offline median us}} of a `cudal2 compare --json` file's rows. Where
+    cudal2 dispatched to a cuBLASLt call (`cudal2_via`), cudal2's column timed that call as the
+    entry runs it (its stored algorithm, lt_dispatch) and stands in for the baseline of the same
+    name, whose own column is that baseline's fresh pick: the evidence must be of the call that is
+    dispatched. Why: on the H200 (2026-12-05, runs 67-68) the stored autotune algorithm ran 0.843x
+    (2x3584x18944:nt) and 0.864x (256x16384x1024:nt) of the compare's fresh autotune pick, over
+    319 such rows 0.9985x geomean."""
+    names = compare_json.get("config", {}).get("baselines") or []
+    out = {}
+    for r in compare_json.get("rows", []):
+        t = {n: r[f"offline_{n}_median_us"] for n in names if r.get(f"offline_{n}_median_us")}
+        via, dispatched = str(r.get("cudal2_via") or ""), r.get("offline_cudal2_median_us")
+        if via in t and via != "torch" and dispatched:
+            t[via] = dispatched
+        if t:
+            out[Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text] = t
+    return out
+
+
+def server_timings(compare_json: dict) -> dict:
+    """{problem text: {"cudal2": us, "torch": us}} of a compare's server-mode means, for the rows
+    where cudal2 dispatched to a generated kernel (a cuBLAS entry's column is not the kernel's)."""
+    out = {}
+    for r in compare_json.get("rows", []):
+        k, t = r.get("server_cudal2_mean_us"), r.get("server_torch_mean_us")
+        if r.get("cudal2_via") == "kernel" and k and t:
+            out[Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text] = {"cudal2": k, "torch": t}
+    return out
+
+
+def server_guard(registry_path, device_key: str, timings: dict, guard: float) -> list[tuple[Entry, float]]:
+    """Re-file as cuBLAS every kernel entry of `device_key` that ran slower than torch.matmul by more
+    than `guard` in a server-mode compare (`server_timings`: torch_us / kernel_us < guard). Why: on
+    the H200 (2026-12-04, run 43) stream kernels whose 8-32 MB weight stays in L2 between offline
+    calls won 1.06-1.19x offline and ran 0.90-0.92x of torch.matmul with L2 wiped, which is how a
+    decode layer meets its weight in a server. The kernel's times stay in `times`, with the server
+    figure; the entry then dispatches as a cuBLAS entry (torch.matmul without two cuBLASLt wins).
+    Returns (entry, server ratio) per re-filed entry. The compare must be of this registry."""
+    if not 0.0 < guard <= 1.0:
+        raise RegistryError(f"the server guard is a ratio to torch.matmul in (0, 1], got {guard}")
+    out: list[tuple[Entry, float]] = []
+
+    def refile(e: Entry) -> bool:
+        t = timings.get(e.problem)
+        if e.backend == "cublas" or not t:
+            return False
+        ratio = t["torch"] / t["cudal2"]
+        if ratio >= guard:
+            return False
+        e.refile_as_cublas(f"server {ratio:.4f}x of torch.matmul under guard {guard}",
+                           server_us={"kernel": t["cudal2"], "torch": t["torch"]})
+        out.append((e, ratio))
+        return True
+    Registry.load(registry_path).update(device_key, refile)
+    return out
+
+
+def _chosen(repeats: list, margin: float, cold: dict | None) -> dict:
+    """evidence.cublas_choice over `repeats`, the calls that lost cold (`cold`, {call: why}, from
+    call_guard) kept out and kept in the record, so a later timing does not bring them back."""
+    rec = evidence.cublas_choice(repeats, margin, blocked=cold)
+    if cold:
+        rec["cold"] = dict(cold)
+    return rec
+
+
+def call_timings(compare_json: dict) -> dict:
+    """{problem text: {"torch": us, call: us per cuBLASLt call}} of a compare's server-mode means.
+    Where cudal2 dispatched to a cuBLASLt call, cudal2's column timed that call as the entry runs it
+    (its stored algorithm) and stands for it; the other calls are the baselines' own columns (for
+    autotune, its fresh pick: the stored one ran 0.9985x of it geomean offline over 319 rows of
+    runs 67-68)."""
+    calls = [c for c in evidence.DISPATCH_TARGETS if c != "torch"]
+    out = {}
+    for r in compare_json.get("rows", []):
+        t = r.get("server_torch_mean_us")
+        if not t:
+            continue
+        got = {c: r[f"server_{c}_mean_us"] for c in calls if r.get(f"server_{c}_mean_us")}
+        via, k = str(r.get("cudal2_via") or ""), r.get("server_cudal2_mean_us")
+        if via in calls and k:
+            got[via] = k
+        if got:
+            out[Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text] = {"torch": t, **got}
+    return out
+
+
+def call_guard(registry_path, device_key: str, timings: dict, guard: float) -> list[tuple[Entry, str, float]]:
+    """server_guard's rule for cuBLAS entries: the cuBLASLt call an entry dispatches, where it ran
+    slower than torch.matmul by more than `guard` in a server-mode compare (`call_timings`), is kept
+    out of its choice from then on (the record's "cold"); the entry then dispatches its next
+    qualified call, if that one held up in the same compare, else torch.matmul. Why: on the H200
+    (2026-12-05, runs 67-68) cuBLASLt calls that had beaten torch.matmul offline by >= 1.01x in
+    every timing ran 0.905-0.968x of it with L2 wiped (256x2048x4096:nt, 128x4096x4096:nt,
+    4096x256x2048:nt, 4096x256x4096:nt, ...): the bar is that no dispatch measures slower than
+    torch.matmul, and a server meets its weights cold. Returns (entry, call, ratio) per call kept out."""
+    if not 0.0 < guard <= 1.0:
+        raise RegistryError(f"the server guard is a ratio to torch.matmul in (0, 1], got {guard}")
+    out: list[tuple[Entry, str, float]] = []
+
+    def block(e: Entry) -> bool:
+        t = timings.get(e.problem)
+        if e.backend != "cublas" or not t or e.dispatch is None:
+            return False
+        changed = False
+        while (call := e.dispatch.get("target")) not in (None, "torch") and t.get(call) \
+                and t["torch"] / t[call] < guard:
+            ratio = t["torch"] / t[call]
+            cold = {**e.dispatch.get("cold", {}), call: f"server {ratio:.4f}x of torch.matmul under guard {guard}"}
+            e.dispatch = _chosen(e.dispatch["repeats"], e.dispatch["margin"], cold)
+            out.append((e, call, ratio))
+            changed = True
+        return changed
+    Registry.load(registry_path).update(device_key, block)
+    return out
