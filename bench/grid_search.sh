@@ -34,8 +34,8 @@
 # is 26 MB, 6 MB packed.)
 # To go on from the committed state (2026-12-05: grid nn all 1000 searched and compared;
 # the model set all 224 searched with cost:4, its 80 shapes with M <= 16 again with the stream
-# rule's seeds, compared; grid nt 921 of 1000 searched with cost:4, 199 compared; SET=grid-nt ...
-# cost:4 goes on) in a new session: a call that carries no pack builds run/ this way on the card
+# rule's seeds, its 96 with M <= 32 again with the trimmed wgmma lead (models-decode, run 68),
+# compared (run 68); grid nt all 1000 searched with cost:4 and compared (runs 66-67)) in a new session: a call that carries no pack builds run/ this way on the card
 # (below); by hand here, then `bash bench/grid_search.sh pack`:
 #   G=bench/results/h200-sm90/grid_search; mkdir -p run/compare run/compare_nt
 #   gunzip -c $G/grid_store.db.gz >run/grid.db
@@ -43,7 +43,7 @@
 #   cudal2 registry export run/registry                 # the shipped entries
 #   cp $G/lt-autotune-h200-sm90.json run/               # cuBLASLt autotune's choices (916 shapes)
 #   gunzip -c $G/compare_grid.rows.jsonl.gz >run/compare/compare_grid.rows.jsonl   # compared rows
-#   gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run43_gridnt_compare.rows.jsonl.gz \
+#   gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run67_gridnt_compare.rows.jsonl.gz \
 #     >run/compare_nt/compare_grid.rows.jsonl       # grid nt's (grid_baselines.py --layout nt --out run/compare_nt)
 #   gunzip -c $G/grid_nn2_store.db.gz >run/grid_nn2.db; tar xzf $G/grid_nn2_policy_ckpt.tgz   # once grid-nn2 ran
 # Commit a call's state the other way round: gzip -c run/grid.db >$G/grid_store.db.gz, tar czf
@@ -74,7 +74,7 @@ if [ ! -f run/grid.db ]; then
   gunzip -c $G/grid_store.db.gz >run/grid.db && tar xzf $G/grid_policy_ckpt.tgz && cp $G/lt-autotune-*.json run/
   cudal2 registry export run/registry >/dev/null
   gunzip -c $G/compare_grid.rows.jsonl.gz >run/compare/compare_grid.rows.jsonl
-  gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run43_gridnt_compare.rows.jsonl.gz \
+  gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run67_gridnt_compare.rows.jsonl.gz \
     >run/compare_nt/compare_grid.rows.jsonl
   if [ -f $G/grid_nn2_store.db.gz ]; then
     gunzip -c $G/grid_nn2_store.db.gz >run/grid_nn2.db && tar xzf $G/grid_nn2_policy_ckpt.tgz

@@ -3,9 +3,9 @@ the model set), as cudal2.matmul dispatches, beside the issue's targets; then pe
 
   python3 bench/registry_v2_table.py \
       --set grid-nn=bench/results/h200-sm90/grid_search/compare_grid.json.gz \
-      --set grid-nt=bench/results/h200-sm90/registry_v2/grid_nt/run43_gridnt_compare.json \
-      --set models=bench/results/h200-sm90/registry_v2/models/run43_models_compare.json \
-      --verify bench/results/h200-sm90/registry_v2/verify_gpu_9963722.txt \
+      --set grid-nt=bench/results/h200-sm90/registry_v2/grid_nt/run67_gridnt_compare.json.gz \
+      --set models=bench/results/h200-sm90/registry_v2/models/run68_models_compare.json.gz \
+      --verify bench/results/h200-sm90/registry_v2/verify_gpu_c71916b.txt \
       --out bench/results/h200-sm90/registry_v2
 
 No GPU: it reads compare JSONs (`cudal2 compare --json`, bench/grid_baselines.py; gzipped or not),
