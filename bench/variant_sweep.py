@@ -91,9 +91,7 @@ def _compile_pair(job):
     except Exception as ex:         # NVRTC's own error line where there is one (a variant's #error)
         log = getattr(ex, "log", "") or ""
         lines = [l for l in log.splitlines() if "error" in l] or str(ex).splitlines()
-        msg = lines[0].strip()[:160] if lines else type(ex).__name__
-        if "names no entry" in msg:     # run 62's unexplained card-only failures: keep what the log held
-            msg += f" (log {len(log)} chars, last line {log.strip().splitlines()[-1][:120] if log.strip() else '-'!r})"
+        msg = lines[0].strip()[:240] if lines else type(ex).__name__
         return ptext, name, None, msg
 
 
