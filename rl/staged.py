@@ -117,12 +117,13 @@ def decode_lead(n: int, problem: Problem, device, backends=None) -> list[KernelS
 
 
 def decode_wgmma(n: int, problem: Problem, device, backends=None) -> list[KernelSpec]:
-    """The wave model's first n wgmma specs without a 2-CTA cluster (those trim A's box to M rows:
-    wgmma.cu's A_TRIM), where the family runs (as `model_seeds`), else none."""
+    """The wave model's first n wgmma specs (valid, and without a 2-CTA cluster, as `candidates`
+    makes them: so they trim A's box to M rows, wgmma.cu's A_TRIM), where the family runs (as
+    `model_seeds`), else none."""
     from cudal2.tiles import candidates
     if n <= 0 or not _wgmma_runs(device, backends):
         return []
-    return [s for s in candidates(problem, device, n + 4) if s.cluster == 1 and is_valid(s, problem, device)][:n]
+    return candidates(problem, device, n)[:n]
 
 
 def _wgmma_runs(device, backends) -> bool:
