@@ -12,6 +12,7 @@ from cudal2 import baselines, report
 from cudal2.cli import app
 from cudal2.cli.compare import STATS, _ratios, summaries, summary_lines
 from cudal2.problems import Problem
+from cudal2.spec import KernelSpec
 from cudal2.stats import Stats
 
 from conftest import HAS_GPU, HostClock
@@ -153,9 +154,19 @@ def test_measure_shape_pipeline_on_cpu(monkeypatch, tmp_path):
     peak = timing.Peak(device="cpu", flops=1e12, bw=1e11, launch_us=1.0)
     cfg = Config(min_calls=5, min_ms=1.0, server_calls=5, gap_ms=0.1, eager_ms=1.0)
     p = Problem(64, 48, 32, "nt")
-    kernel = lambda a, b, c: torch.matmul(a, b.t(), out=c)  # noqa: E731  a correct stand-in kernel
-    row = measure_shape(p, baselines.NAMES, cfg, report.MODES, peak, lambda q: (kernel, "ok"), device="cpu")
+    spec = KernelSpec.parse("backend=triton family=tiled bm=64 bn=64 bk=32 warps=4 stages=2")
+
+    class Kernel:       # a correct stand-in kernel, carrying its spec as the backends' kernels do
+        def __init__(self):
+            self.spec = spec
+
+        def __call__(self, a, b, c):
+            return torch.matmul(a, b.t(), out=c)
+
+    row = measure_shape(p, baselines.NAMES, cfg, report.MODES, peak, lambda q: (Kernel(), "ok"), device="cpu")
     assert row["status_torch"] == "ok" and row["status_cudal2"] == "ok"
+    # the row names the kernel it timed (the report counts wins by backend and family from it)
+    assert row["cudal2_via"] == "kernel" and row["cudal2_spec"] == spec.text
     assert row["status_cublas-nn"].startswith("unavailable") and "CUDA" in row["status_cublaslt-heuristic"]
     assert row["floor_us"] == pytest.approx(1.0)        # launch-bound with this made-up peak
     for mode in report.MODES:

@@ -45,6 +45,62 @@ def test_figures_are_the_dispatched_ratios():
     assert f["classes"]["large:nt"]["offline"]["geomean"] == pytest.approx(0.95)
 
 
+def test_mean_and_vs_torch_per_class():
+    t = _module()
+    off = t.set_figures(ROWS)["all"]["offline"]
+    want = [5 / 4, 20 / 25, 190 / 200]
+    assert off["mean"] == pytest.approx(sum(want) / 3) and off["worst_shape"] == K.shape
+    vs_torch = [6 / 4, 20 / 25, 1.0]          # the cuBLAS entry runs torch.matmul itself
+    assert off["geomean_vs_torch"] == pytest.approx((vs_torch[0] * vs_torch[1]) ** (1 / 3))
+    assert off["mean_vs_torch"] == pytest.approx(sum(vs_torch) / 3)
+    assert off["kernel_served"] == 2
+
+
+WGMMA = "backend=cuda family=wgmma bm=128 bn=128"
+TILED = "backend=triton family=tiled bm=64 bn=64"
+
+
+def _entry(backend: str, spec: str = "", ts: float = 100.0, **times) -> dict:
+    return {"backend": backend, "spec": spec, "ts": ts, "times": times}
+
+
+def test_attribution_from_the_row_the_index_and_the_guard():
+    t = _module()
+    s2, s3 = Problem(64, 64, 128, "nt"), Problem(128, 64, 64, "nt")
+    rows = [dict(_row(S, 6.0, 5.0, 4.0), cudal2_spec=TILED),      # the row names its kernel
+            _row(K, 20.0, 20.0, 25.0),                             # a kernel entry in the index
+            _row(s2, 6.0, 5.0, 4.5),                               # re-filed by the server guard since
+            _row(s3, 6.0, 5.0, 4.5),                               # filed after the compare: unknown
+            _row(L, 200.0, 190.0, None, via="cublas")]             # cuBLAS: not a kernel row
+    index = {f"{K.shape}:nt": _entry("cuda", WGMMA),
+             f"{S.shape}:nt": _entry("cuda", WGMMA),               # the row's own spec wins over it
+             f"{s2.shape}:nt": _entry("cublas", refiled="server 0.93x", best_kernel_spec=WGMMA),
+             f"{s3.shape}:nt": _entry("cuda", WGMMA, ts=300.0)}
+    kinds = t.attribute(rows, index, last_run=200.0)
+    assert kinds == {f"{S.shape}:nt": "triton/tiled", f"{K.shape}:nt": "cuda/wgmma",
+                     f"{s2.shape}:nt": "cuda/wgmma", f"{s3.shape}:nt": "unattributed"}
+    # without run stamps the index is read as it is
+    assert t.attribute(rows, index, last_run=None)[f"{s3.shape}:nt"] == "cuda/wgmma"
+    off = t.set_figures(rows, kinds)["all"]["offline"]
+    # won: 64^3 (1.25x, tiled), s2 and s3 (5/4.5); K lost (0.8x)
+    assert off["wins_by_kind"] == {"cuda/wgmma": 1, "triton/tiled": 1, "unattributed": 1}
+    assert off["served_by_kind"] == {"cuda/wgmma": 2, "triton/tiled": 1, "unattributed": 1}
+
+
+def test_index_is_read_for_the_compare_device(tmp_path):
+    t = _module()
+    p = tmp_path / "index.json"
+    p.write_text(json.dumps({"format": "cudal2-registry", "version": 1,
+                             "devices": {"h200-sm90": {"entries": {"64x64x64:nt": _entry("cuda", WGMMA)}}}}))
+    assert set(t.read_index(str(p), "h200-sm90")) == {"64x64x64:nt"}
+    assert t.read_index(str(p), "h100-sm90") == {} and t.read_index(None, "h200-sm90") == {}
+    (tmp_path / "bad.json").write_text(json.dumps({"rows": []}))
+    with pytest.raises(SystemExit, match="not a cudal2 registry index"):
+        t.read_index(str(tmp_path / "bad.json"), "h200-sm90")
+    with pytest.raises(SystemExit, match="no such registry index"):
+        t.read_index(str(tmp_path / "none.json"), "h200-sm90")
+
+
 def test_end_to_end_reads_gzip_and_writes_the_table(tmp_path):
     t = _module()
     cmp = {"schema": "cudal2.compare/1", "versions": {"commit": "abc1234", "card": "NVIDIA H200"},
@@ -57,6 +113,8 @@ def test_end_to_end_reads_gzip_and_writes_the_table(tmp_path):
     assert t.main(["--set", f"grid-nt={path}", "--verify", str(verify), "--out", str(tmp_path / "o")]) == 0
     md = (tmp_path / "o" / "registry_v2_table.md").read_text()
     assert "| grid-nt | 1.10 |" in md and "1 of 3 (33%)" in md and "3 ok, 0 bad" in md
+    # the by-kind table: no spec in these rows and no index, so the kernels are not attributed
+    assert "| grid-nt | all | 1: unattributed 1 | 2: unattributed 2 |" in md
     data = json.loads((tmp_path / "o" / "registry_v2_table.json").read_text())
     assert data["sets"]["grid-nt"]["figures"]["all"]["offline"]["kernel_wins"] == 1
 

@@ -124,6 +124,10 @@ def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, dev
             fns["cudal2"] = lambda: kernel(a, b, c2)
             # what runs: a generated kernel, or (a cublas entry) the cuBLAS call dispatch makes
             row["cudal2_via"] = getattr(kernel, "via", None) or "kernel"
+            spec = getattr(kernel, "spec", None)
+            if getattr(spec, "text", None):
+                # which kernel ran: the report counts wins by backend and family from the row itself
+                row["cudal2_spec"] = spec.text
         else:
             reasons["cudal2"] = status
     for n in cands:
