@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call = one run of this script: install from the tree, then the named stages, with
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
-# probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants.
+# probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
+# ceiling.
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -56,6 +57,11 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # Issue 20: the decode set with wgmma built plain (A_TRIM=0) and trimmed (the default since
       # 2026-12-05) beside the stream family and cuBLAS (bench/decode_trim.py; run 62: 48 shapes, 42 s).
       timeout 300 python3 bench/decode_trim.py --out "$OUT" --max-seconds 240 2>&1 | tail -12 ;;
+    ceiling)
+      # Issue 20: what the card streams one way (read-only, write-only) beside the copy PROTOCOL's BW
+      # is, 8 MB to 1 GiB, offline and with L2 wiped (bench/stream_ceiling.py; seconds): whether a
+      # decode kernel can pass cuBLAS's ~3.6 TB/s on the 117-136 MB weights at all.
+      timeout 120 python3 bench/stream_ceiling.py --out "$OUT" 2>&1 | tail -20 ;;
     *)
       echo "unknown stage $stage" ;;
   esac
