@@ -30,6 +30,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def latest_rows(rows: list[dict]) -> list[dict]:
+    """One row per (shape, layout), the last one appended (a re-timed row replaces its old one)."""
+    last = {(r["shape"], r["layout"]): i for i, r in enumerate(rows)}
+    return [r for i, r in enumerate(rows) if last[(r["shape"], r["layout"])] == i]
+
+
+def first_run_ts(runs: list[dict]) -> float | None:
+    """The POSIX time of a rows file's first run (runs.json), None without one. Rows without the
+    kernel they timed are judged stale against it: an entry filed after the first chunk may postdate
+    the row, and re-timing a current row costs less than keeping a stale one."""
+    from datetime import datetime
+    ts = [r["ts"] for r in runs if r.get("ts")]
+    return min(datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp() for t in ts) if ts else None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layout", default="nn", choices=("nn", "nt"))
@@ -53,7 +68,13 @@ def main(argv=None) -> int:
                     help="also time cudal2's registry kernel per shape (compare's cudal2 column); writes compare_grid.*")
     ap.add_argument("--searched-only", action="store_true",
                     help="with --registry: only the shapes the registry has an entry for on this device")
+    ap.add_argument("--retime-stale", action="store_true",
+                    help="with --registry: also time again the rows that no longer time what dispatch runs "
+                         "(a re-search or a guard re-filed the entry, add-timings chose another call; "
+                         "cudal2.registry.timings.stale_rows); each new row replaces its old one")
     args = ap.parse_args(argv)
+    if args.retime_stale and not args.registry:
+        ap.error("--retime-stale needs --registry (what dispatch runs is the registry's)")
 
     from cudal2.baselines import NAMES
     from cudal2.cli.compare import Config, measure_shape, summaries, summary_lines
@@ -73,7 +94,7 @@ def main(argv=None) -> int:
     name = "compare_grid" if args.registry else "baselines_grid"
     jl = out / f"{name}.rows.jsonl"
     runs_path = out / f"{name}.runs.json"
-    rows = [json.loads(x) for x in jl.read_text().splitlines() if x.strip()] if jl.exists() else []
+    rows = latest_rows([json.loads(x) for x in jl.read_text().splitlines() if x.strip()] if jl.exists() else [])
     have = {(r["shape"], r["layout"]) for r in rows}
     problems = grid(args.layout)
     if math.gcd(args.stride, len(problems)) != 1:
@@ -86,6 +107,14 @@ def main(argv=None) -> int:
         from cudal2.cli.compare import kernel_source
         from cudal2.registry import Registry
         entries = {e.problem: e for e in Registry.load(args.registry).all(current().key)}
+        if args.retime_stale:
+            from cudal2.lt_dispatch import lt_version
+            from cudal2.registry.timings import stale_rows
+            earlier = json.loads(runs_path.read_text()) if runs_path.exists() else []
+            stale = stale_rows(rows, entries, lt_version(), first_run_ts(earlier))
+            todo = [p for p in chunk if (p.shape, p.layout) not in have or p.text in stale]
+            print(f"--retime-stale: {len(stale)} of {len(rows)} rows no longer time what dispatch runs "
+                  f"({sum(1 for p in chunk if p.text in stale)} in this chunk): timed again")
         if args.searched_only:
             problems = [p for p in problems if p.text in entries]
             todo = [p for p in todo if p.text in entries]
@@ -107,7 +136,7 @@ def main(argv=None) -> int:
             for n, why in bad.items():
                 print(f"error: baseline {n}: {why}", file=sys.stderr)
             return 4
-    done = 0
+    done = retimed = 0
     if not args.finish:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
         with jl.open("a") as f, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -118,15 +147,17 @@ def main(argv=None) -> int:
                     break
                 bar.update(task, description=f"grid {p}")
                 row = measure_shape(p, NAMES, cfg, MODES, Peak(**peak), kernel_for=kernel_for)
-                f.write(json.dumps(row) + "\n")
+                f.write(json.dumps(row) + "\n")     # a re-timed row follows its old one: the last counts
                 f.flush()
-                rows.append(row)
+                retimed += (p.shape, p.layout) in have
+                rows = [r for r in rows if (r["shape"], r["layout"]) != (p.shape, p.layout)] + [row]
                 done += 1
                 bar.advance(task)
     wall = time.monotonic() - t0
     runs = json.loads(runs_path.read_text()) if runs_path.exists() else []
     if done:
-        runs.append({"start": args.start, "count": args.count, "shapes": done, "wall_s": round(wall, 1),
+        runs.append({"start": args.start, "count": args.count, "shapes": done, "retimed": retimed,
+                     "wall_s": round(wall, 1),
                      "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
         runs_path.write_text(json.dumps(runs, indent=1))
     order = {(p.shape, p.layout): i for i, p in enumerate(problems)}

@@ -45,6 +45,7 @@
 #   gunzip -c $G/compare_grid.rows.jsonl.gz >run/compare/compare_grid.rows.jsonl   # compared rows
 #   gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run67_gridnt_compare.rows.jsonl.gz \
 #     >run/compare_nt/compare_grid.rows.jsonl       # grid nt's (grid_baselines.py --layout nt --out run/compare_nt)
+#   cp $G/compare_grid.runs.json run/compare/; cp bench/results/h200-sm90/registry_v2/grid_nt/run67_gridnt_compare.runs.json run/compare_nt/compare_grid.runs.json
 #   gunzip -c $G/grid_nn2_store.db.gz >run/grid_nn2.db; tar xzf $G/grid_nn2_policy_ckpt.tgz   # once grid-nn2 ran
 # Commit a call's state the other way round: gzip -c run/grid.db >$G/grid_store.db.gz, tar czf
 # $G/grid_policy_ckpt.tgz run/grid.db.ckpt (and the same for run/grid_nn2.db*), the autotune json,
@@ -55,7 +56,7 @@ if [ "${1:-}" = pack ]; then       # CPU side: no device_env, no store checkpoin
   mkdir -p .runpack
   keep=(run/grid.db run/grid.db.ckpt run/registry)
   for f in run/grid_nn2.db run/grid_nn2.db.ckpt run/grid_nn_leads.db run/grid_nn_leads.db.ckpt run/models_decode.db run/models_decode.db.ckpt run/lt-autotune-*.json run/compare/compare_grid.rows.jsonl \
-           run/compare_nt/compare_grid.rows.jsonl; do
+           run/compare_nt/compare_grid.rows.jsonl run/compare/compare_grid.runs.json run/compare_nt/compare_grid.runs.json; do
     [ -e "$f" ] && keep+=("$f")
   done
   tar czf .runpack/run.tgz "${keep[@]}" && ls -l .runpack/run.tgz
@@ -76,6 +77,9 @@ if [ ! -f run/grid.db ]; then
   gunzip -c $G/compare_grid.rows.jsonl.gz >run/compare/compare_grid.rows.jsonl
   gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run67_gridnt_compare.rows.jsonl.gz \
     >run/compare_nt/compare_grid.rows.jsonl
+  # the runs' times too: --retime-stale judges rows without their own time against the first run
+  cp $G/compare_grid.runs.json run/compare/
+  cp bench/results/h200-sm90/registry_v2/grid_nt/run67_gridnt_compare.runs.json run/compare_nt/compare_grid.runs.json
   if [ -f $G/grid_nn2_store.db.gz ]; then
     gunzip -c $G/grid_nn2_store.db.gz >run/grid_nn2.db && tar xzf $G/grid_nn2_policy_ckpt.tgz
   fi
@@ -174,10 +178,13 @@ case "$stage" in
     tail -5 "$OUT/generate_$n.log"; tail -3 "$OUT/generate_$n.err"; fi ;;
   compare)
     # SET=grid-nt: the nt grid's searched shapes into run/compare_nt (its rows.jsonl resumes).
+    # --retime-stale: the rows whose entry dispatches something else now (a re-search, a guard,
+    # add-timings since they were timed) are timed again, the rest kept: a current compare of the
+    # whole set for the price of what changed.
     cl=nn; cdir=run/compare
     [ "${SET:-grid-nn}" = grid-nt ] && { cl=nt; cdir=run/compare_nt; }
     timeout $((${limit%.*} + 60)) python3 bench/grid_baselines.py --layout "$cl" --registry run/registry \
-      --searched-only --stride 7 --out "$cdir" --time-limit "$limit" 2>&1 | tail -20
+      --searched-only --retime-stale --stride 7 --out "$cdir" --time-limit "$limit" 2>&1 | tail -20
     cp "$cdir"/compare_grid.csv "$cdir"/compare_grid.json "$OUT/" 2>/dev/null ;;
   calibrate)
     timeout $((${limit%.*} + 60)) python3 bench/screen_calibration.py --store run/grid.db --shapes 24 \

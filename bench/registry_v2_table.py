@@ -92,7 +92,8 @@ def attribute(rows: list[dict], index: dict, last_run: float | None) -> dict[str
         spec = r.get("cudal2_spec")
         if not spec:
             e = index.get(key)
-            if e is not None and (last_run is None or float(e.get("ts") or 0) <= last_run):
+            when = r.get("ts", last_run)          # the row's own time where it has one
+            if e is not None and (when is None or float(e.get("ts") or 0) <= float(when)):
                 times = e.get("times") or {}
                 if e.get("backend") != "cublas":
                     spec = e.get("spec")

@@ -11,6 +11,7 @@ bench/grid_baselines.py reuses.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -112,9 +113,11 @@ def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, dev
             f"{problem}: best-cublas cannot be formed: baseline {dropped[0]} could not be built "
             f"({reasons.get(dropped[0], 'unavailable')}); name the baselines to run without it (--baselines ...)")
     del ref
+    # ts (POSIX): when the row was timed, so a later run can tell which entries were filed after it
+    # (registry.timings.stale_rows)
     row: dict = {"shape": problem.shape, "M": problem.M, "N": problem.N, "K": problem.K,
                  "layout": problem.layout, "gflop": problem.flops / 1e9, "class": flop_class(problem.flops),
-                 "floor_us": timing.roofline_us(problem, peak)}
+                 "floor_us": timing.roofline_us(problem, peak), "ts": round(time.time(), 1)}
     cands = list(names)
     if kernel_for is not None:
         cands.append("cudal2")

@@ -1,0 +1,92 @@
+"""registry.timings.stale_rows: which compare rows no longer time what cudal2.matmul dispatches,
+and bench/grid_baselines.py's use of it (--retime-stale: one row per shape, the last appended)."""
+import pytest
+
+from bench_import import load_bench
+from cudal2.problems import Problem
+from cudal2.registry.entry import Entry
+from cudal2.registry.timings import dispatched_now, row_dispatch, stale_rows
+
+DEV = "h200-sm90"
+WGMMA = "backend=cuda family=wgmma bm=128 bn=128 bk=64 warps=12 stages=5 group_m=8 split_k=1 subtile=1 warp_spec=1 cluster=1"
+OTHER = WGMMA.replace("stages=5", "stages=4")
+
+
+def kernel(p: Problem, spec=WGMMA, ts=100.0) -> Entry:
+    return Entry(problem=p.text, device=DEV, backend="cuda", spec=spec, ts=ts)
+
+
+def cublas(p: Problem, target: str, ts=100.0) -> Entry:
+    # a dispatch record as evidence.cublas_choice writes it: the qualified calls in order, and the pick
+    return Entry(problem=p.text, device=DEV, backend="cublas", ts=ts,
+                 dispatch={"target": target, "qualified": [] if target == "torch" else [target], "why": "test"})
+
+
+def row(p: Problem, via=None, spec=None, status="ok", ts=None) -> dict:
+    r = {"shape": p.shape, "M": p.M, "N": p.N, "K": p.K, "layout": p.layout, "status_cudal2": status}
+    if via:
+        r["cudal2_via"] = via
+    if spec:
+        r["cudal2_spec"] = spec
+    if ts is not None:
+        r["ts"] = ts
+    return r
+
+
+P = [Problem(256 * (i + 1), 512, 1024, "nn") for i in range(9)]
+
+
+def test_what_a_row_timed_and_what_dispatch_runs():
+    assert row_dispatch(row(P[0], via="kernel")) == "kernel"
+    assert row_dispatch(row(P[0], via="cublaslt-autotune")) == "cublaslt-autotune"
+    assert row_dispatch(row(P[0], status="unavailable: cuBLAS won and dispatch calls torch.matmul (x)")) == "torch"
+    assert row_dispatch(row(P[0], status="invalid: build failed (x)")) is None
+    # rows of 2026-12-03's first compares: no cudal2_via; a kernel ran where the status is ok, and
+    # torch.matmul where the registry had no kernel
+    assert row_dispatch(row(P[0])) == "kernel"
+    assert row_dispatch(row(P[0], status="unavailable: the registry has no cudal2 kernel for this shape")) == "torch"
+    assert dispatched_now(kernel(P[0]), None) == "kernel"
+    assert dispatched_now(cublas(P[0], "cublaslt-heuristic"), 130100) == "cublaslt-heuristic"
+    # without cuBLASLt (no nvmath) dispatch falls back to torch.matmul
+    assert dispatched_now(cublas(P[0], "cublaslt-heuristic"), None) == "torch"
+
+
+def test_stale_rows_each_reason():
+    entries = {e.problem: e for e in [
+        kernel(P[0]),                                   # same kernel, row names it: current
+        kernel(P[1]),                                   # row timed another spec: stale
+        cublas(P[2], "torch"),                          # guard re-filed a kernel as cuBLAS: stale
+        cublas(P[3], "torch"),                          # add-timings moved the call to torch: stale
+        cublas(P[4], "cublaslt-heuristic"),             # same call: current
+        kernel(P[5], ts=300.0),                         # old row without spec, entry filed after: stale
+        kernel(P[6], ts=150.0),                         # old row with its own ts after the filing: current
+        kernel(P[7], ts=300.0),                         # the kernel failed then, entry filed since: stale
+    ]}
+    rows = [row(P[0], "kernel", WGMMA), row(P[1], "kernel", OTHER), row(P[2], "kernel", WGMMA),
+            row(P[3], "cublaslt-autotune"), row(P[4], "cublaslt-heuristic"), row(P[5], "kernel"),
+            row(P[6], "kernel", ts=200.0), row(P[7], status="invalid: random: 1.0"),
+            row(P[8], "kernel")]                       # no entry now: not stale
+    st = stale_rows(rows, entries, 130100, timed_by=200.0)
+    assert set(st) == {P[1].text, P[2].text, P[3].text, P[5].text, P[7].text}
+    assert st[P[2].text] == "timed kernel, dispatch runs torch now"
+    assert st[P[3].text] == "timed cublaslt-autotune, dispatch runs torch now"
+    assert "another kernel" in st[P[1].text] and "filed after" in st[P[5].text]
+    # an unknown compare time keeps the rows that cannot tell what they ran
+    assert set(stale_rows(rows, entries, 130100, timed_by=None)) == {P[1].text, P[2].text, P[3].text}
+
+
+def test_grid_baselines_keeps_the_last_row_and_the_first_run():
+    gb = load_bench("grid_baselines")
+    rows = [{"shape": "1x2x3", "layout": "nn", "v": 1}, {"shape": "1x2x3", "layout": "nt", "v": 2},
+            {"shape": "1x2x3", "layout": "nn", "v": 3}]
+    assert [r["v"] for r in gb.latest_rows(rows)] == [2, 3]
+    runs = [{"ts": "2026-12-03T15:18:46Z"}, {"ts": "2026-12-03T10:00:00Z"}, {"shapes": 3}]
+    assert gb.first_run_ts(runs) == 1796292000.0      # 2026-12-03 10:00:00 UTC, the earlier run
+    assert gb.first_run_ts([]) is None
+
+
+def test_retime_stale_needs_a_registry(capsys):
+    gb = load_bench("grid_baselines")
+    with pytest.raises(SystemExit):
+        gb.main(["--retime-stale"])
+    assert "--retime-stale needs --registry" in capsys.readouterr().err
