@@ -1,7 +1,7 @@
 """Where a short wgmma kernel's time goes, CTA by CTA: the kernel built with TIMELINE=1
 (kernels_cuda/wgmma.cu) stamps %globaltimer (ns, one clock for the whole GPU) and %clock64 (the SM's
-cycle counter) at eight events of each CTA's first work unit: entry, barriers ready, first load
-issued, first k-tile landed, MMAs done, split-K reduced, TMA store issued, exit. Issue 20 asks what
+cycle counter) at nine events of each CTA's first work unit: entry, barriers ready, about to issue
+the first load, first load issued, first k-tile landed, MMAs done, split-K reduced, TMA store issued, exit. Issue 20 asks what
 the ~2 µs a skinny kernel spends over an empty one are; issue 19 whether the SM clock sags under a
 long back-to-back run (the clock64 / globaltimer ratio of each CTA is its SM clock while it ran).
 
@@ -32,7 +32,7 @@ import statistics
 import sys
 from pathlib import Path
 
-EVENTS = ("entry", "ready", "load", "full", "mma", "reduce", "store", "exit")   # wgmma.cu's TL_*
+EVENTS = ("entry", "ready", "produce", "load", "full", "mma", "reduce", "store", "exit")   # wgmma.cu's TL_*
 MAX_CTAS = 4096                                                                # wgmma.cu's TL_MAX_CTAS
 TIMELINE_DEFINE = "#define TIMELINE 1\n"
 # The GPU sleep ahead of each stamped train: ~10 ms at the H200's ~1.98 GHz, longer than the host

@@ -57,6 +57,12 @@
 // TIMELINE=1 (bench/cta_timeline.py only; never in a filed kernel): each CTA stamps %globaltimer and
 // %clock64 at the events TL_* below into the module's global `cudal2_timeline`, for its first work
 // unit: where a short kernel's time goes (prologue, first load, MMAs, reduction, store, exit).
+// TMAP_PREFETCH (1, as every filed kernel): thread 0 prefetches the tensor maps at entry. 0 drops it:
+// a timeline experiment. Run 61 (H200) put the producer's first load 0.58-0.70 µs after the CTA's
+// entry in every case (lite and persistent, after 0 or 200 launches of the same kernel), ~0.5 µs
+// after the barriers were ready, and its data in smem 0.1-0.2 µs later: a blocked first issue (the
+// descriptor fetch?) or the code before it? TL_PRODUCE (just before the first load) splits the two;
+// the variant without the prefetch tells whether the prefetch does anything.
 
 #define THREADS (WARPS * 32)
 #define A_BYTES (BM * 64 * 2)
@@ -108,6 +114,9 @@
 #ifndef EPI_DIRECT
 #define EPI_DIRECT 0    // the epilogue stores from registers, no TMA store (see the header)
 #endif
+#ifndef TMAP_PREFETCH
+#define TMAP_PREFETCH 1 // thread 0 prefetches the three tensor maps at entry (see the header)
+#endif
 #if A_TRIM
 #if CLUSTER > 1
 #error "A_TRIM: a 2-CTA cluster loads A in halves of BM / CLUSTER rows"
@@ -118,13 +127,14 @@ __device__ int cudal2_a_trim;   // tells the launcher to encode A's box M rows t
 DEVI u32 a_tx_bytes(int M) { return (A_TRIM && M < BM) ? (u32)M * 128u : (u32)A_BYTES; }
 #define TL_ENTRY 0      // consumer 0's first thread enters the kernel
 #define TL_READY 1      // barriers initialised (after the cluster-wide sync)
-#define TL_LOAD 2       // the producer thread has issued its first load(s) (lite: the first STAGES)
-#define TL_FULL 3       // consumer 0 sees its first k-tile land
-#define TL_MMA 4        // consumer 0's MMAs of the first unit are done
-#define TL_REDUCE 5     // split-K: the unit's slices are summed (cluster) / this slice reduced (workspace)
-#define TL_STORE 6      // the epilogue's TMA stores are issued
-#define TL_EXIT 7       // consumer 0's first thread leaves
-#define TL_EVENTS 8
+#define TL_PRODUCE 2    // the producer thread is about to issue its first load (its unit computed)
+#define TL_LOAD 3       // the producer thread has issued its first load(s) (lite: the first STAGES)
+#define TL_FULL 4       // consumer 0 sees its first k-tile land
+#define TL_MMA 5        // consumer 0's MMAs of the first unit are done
+#define TL_REDUCE 6     // split-K: the unit's slices are summed (cluster) / this slice reduced (workspace)
+#define TL_STORE 7      // the epilogue's TMA stores are issued
+#define TL_EXIT 8       // consumer 0's first thread leaves
+#define TL_EVENTS 9
 #define TL_MAX_CTAS 4096
 #define TL_THREAD (LITE ? 0 : 128)      // consumer warpgroup 0's first thread
 #if TIMELINE
@@ -244,10 +254,12 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
     int early_next = 0;          // the first unit's next k-tile to load, once thread 0 issued the first
 #endif
     if (threadIdx.x == 0) {
+#if TMAP_PREFETCH
         // Fetch the descriptors while the barriers are set up, not at the first copy.
         asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<u64>(&tmA)) : "memory");
         asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<u64>(&tmB)) : "memory");
         asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<u64>(&tmC)) : "memory");
+#endif
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
             mbar_init(empty0 + 8 * s, EMPTY_ARRIVALS);
@@ -265,6 +277,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             const int tm_ = (M + BM - 1) / BM, tn_ = (N + BN - 1) / BN;
             int tm, tn, split, kt0, kt1;
             unit_of(blockIdx.x, tm_, tn_, (K + 63) / 64, 0, tm, tn, split, kt0, kt1);
+            TL(TL_PRODUCE, true);
             for (early_next = kt0; early_next < kt1 && early_next < kt0 + STAGES; ++early_next)
                 produce(&tmA, &tmB, ring, full0, empty0, tm, tn, early_next, 0, ps, pphase, a_tx_bytes(M));
             TL(TL_LOAD, true);
@@ -294,6 +307,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 int tm, tn, split, kt0, kt1;
                 unit_of(u, ctiles_m, ctiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
                 for (int kt = kt0; kt < kt1; ++kt) {
+                    TL(TL_PRODUCE, u == cid && kt == kt0);
                     produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt, rank, s, phase, a_tx_bytes(M));
                     TL(TL_LOAD, u == cid && kt == kt0);
                 }
@@ -340,9 +354,11 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             if (u == cid) next = early_next;        // issued before the barrier (thread 0's value)
             else
 #endif
-            if (threadIdx.x == 0)
+            if (threadIdx.x == 0) {
+                TL(TL_PRODUCE, u == cid);
                 for (; next < kt1 && next < kt0 + STAGES; ++next)
                     produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next, rank, ps, pphase, a_tx_bytes(M));
+            }
 #if !EARLY_LOAD
             TL(TL_LOAD, threadIdx.x == 0 && u == cid);
 #endif

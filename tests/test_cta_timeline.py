@@ -22,7 +22,7 @@ SPECS = ("backend=cuda family=wgmma bm=64 bn=96 bk=64 warps=4 stages=8 group_m=1
 
 
 def _cta(entry_ns, offsets_ns, mhz=2000.0):
-    """A CTA's 8 (globaltimer, clock64) pairs: entry at entry_ns, event i at entry + offsets[i-1]
+    """A CTA's len(EVENTS) (globaltimer, clock64) pairs: entry at entry_ns, event i at entry + offsets[i-1]
     (None: not stamped), the clock counting mhz cycles per µs from an arbitrary origin."""
     out = [(entry_ns, 10_000)]
     for off in offsets_ns:
@@ -33,14 +33,16 @@ def _cta(entry_ns, offsets_ns, mhz=2000.0):
 def test_summary_times_are_per_cta_and_missing_events_are_skipped():
     # CTA 0 enters at 1000 ns, CTA 1 at 1500 ns; the second never reduced (a split-K slice that was
     # not last) and stored nothing; a third CTA without an exit stamp (outside the buffer) is left out.
-    a = _cta(1000, [200, 300, 900, 4000, 4500, 5000, 6000], mhz=1980.0)
-    b = _cta(1500, [400, 500, 1100, 4200, None, None, 5000], mhz=1980.0)
-    c = [(2000, 1)] + [(0, 0)] * 7
+    # offsets of ready, produce, load, full, mma, reduce, store, exit
+    a = _cta(1000, [200, 250, 300, 900, 4000, 4500, 5000, 6000], mhz=1980.0)
+    b = _cta(1500, [400, 450, 500, 1100, 4200, None, None, 5000], mhz=1980.0)
+    c = [(2000, 1)] + [(0, 0)] * (len(ct.EVENTS) - 1)
     s = ct.summarize([a, b, c], event_us=7.25)
     assert s["ctas"] == 2
     assert s["skew_median_us"] == pytest.approx(0.25) and s["skew_max_us"] == pytest.approx(0.5)
     assert s["span_us"] == pytest.approx(6.0)            # first entry 1000 -> last exit 7000 ns
     assert s["events"]["ready"]["median_us"] == pytest.approx(0.3)       # median of 0.2 and 0.4
+    assert s["events"]["produce"]["median_us"] == pytest.approx(0.35)
     assert s["events"]["mma"]["max_us"] == pytest.approx(4.2)
     assert s["events"]["reduce"] == {"ctas": 1, "median_us": 4.5, "p90_us": 4.5, "max_us": 4.5}
     assert s["sm_mhz_median"] == pytest.approx(1980.0, abs=0.2)
@@ -49,7 +51,7 @@ def test_summary_times_are_per_cta_and_missing_events_are_skipped():
 
 def test_summary_refuses_an_uninstrumented_buffer():
     with pytest.raises(ValueError, match="TIMELINE=1"):
-        ct.summarize([[(0, 0)] * 8, [(0, 0)] * 8])
+        ct.summarize([[(0, 0)] * len(ct.EVENTS), [(0, 0)] * len(ct.EVENTS)])
 
 
 def test_case_parser_and_table():
@@ -60,12 +62,12 @@ def test_case_parser_and_table():
     for bad in ("64x2048x4096:nt", "a|b|c|d", "|spec", "s|t|RED_CHUNK", "s|t|RED_CHUNK=x", "s|t|TIMELINE=0"):
         with pytest.raises(ValueError, match="expected|NAME=INTEGER"):
             ct.parse_case(bad)
-    summ = ct.summarize([_cta(5000, [100, 200, 300, 400, None, 600, 700])], event_us=1.0)
+    summ = ct.summarize([_cta(5000, [100, 150, 200, 300, 400, None, 600, 700])], event_us=1.0)
     md = ct.table([{"shape": "64x64x64:nt", "spec": "s", "defines": {"RED_CHUNK": 4},
                     "runs": [{"before": 0, "summary": summ}]}])
     row = md.splitlines()[2]
     assert row.startswith("| 64x64x64:nt | s RED_CHUNK=4 | 0 | 1.0 |")
-    assert "| 0.10 | 0.20 | 0.30 | 0.40 | - | 0.60 | 0.70 |" in row
+    assert "| 0.10 | 0.15 | 0.20 | 0.30 | 0.40 | - | 0.60 | 0.70 |" in row
 
 
 def test_the_committed_cases_parse_and_are_valid_specs():
@@ -78,7 +80,7 @@ def test_the_committed_cases_parse_and_are_valid_specs():
     from cudal2.spec import validate
     lines = [l for l in (ROOT / "bench" / "timeline_cases.txt").read_text().splitlines()
              if l.strip() and not l.startswith("#")]
-    assert len(lines) == 30
+    assert len(lines) == 33
     for line in lines:
         shape, text, defines = ct.parse_case(line)
         spec = KernelSpec.parse(text)
@@ -183,7 +185,7 @@ def test_stamp_buffer_is_read_in_the_kernels_layout():
     raw = st.read(3)
     assert raw[1][0] == (2_000_000, 1) and raw[2][7] == (3_000_700, 51)
     assert st.sms(3) == [5, 77, 131]
-    assert ct.summarize(raw)["events"]["exit"]["median_us"] == pytest.approx(0.7)
+    assert ct.summarize(raw)["events"]["exit"]["median_us"] == pytest.approx(0.1 * (n_ev - 1))
 
 
 # ---- on the card ---------------------------------------------------------------------------------
@@ -195,11 +197,13 @@ VARIANT_SPECS = ("backend=cuda family=wgmma bm=64 bn=128 bk=64 warps=8 stages=8 
                  "backend=cuda family=wgmma bm=128 bn=128 bk=64 warps=12 stages=5 group_m=8 split_k=2 subtile=1 warp_spec=1 cluster=1")
 
 
-# EARLY_LOAD (lite only: the first loads before the block-wide barrier), with and without split-K.
+# EARLY_LOAD (lite only: the first loads before the block-wide barrier), with and without split-K;
+# TMAP_PREFETCH=0 (no tensor-map prefetch at entry), persistent and lite.
 LITE_ONE = "backend=cuda family=wgmma bm=64 bn=16 bk=64 warps=4 stages=2 group_m=8 split_k=1 subtile=1 warp_spec=0 cluster=1"
 VARIANTS = [(t, d) for t in VARIANT_SPECS
             for d in ({"RED_CHUNK": 64}, {"EXIT_RELAXED": 1}, {"RED_CHUNK": 2, "EXIT_RELAXED": 1})] + \
-           [(VARIANT_SPECS[1], {"EARLY_LOAD": 1}), (LITE_ONE, {"EARLY_LOAD": 1})]
+           [(VARIANT_SPECS[1], {"EARLY_LOAD": 1}), (LITE_ONE, {"EARLY_LOAD": 1})] + \
+           [(VARIANT_SPECS[0], {"TMAP_PREFETCH": 0}), (LITE_ONE, {"TMAP_PREFETCH": 0})]
 
 
 @pytest.mark.gpu
@@ -234,9 +238,12 @@ def test_stamped_launch_reads_back_in_event_order(gpu_device, tmp_path):
     assert "error" not in res, res.get("error")
     assert set(res["offline_us"]) == {"filed", "stamped", "variant"}
     for run in res["runs"]:
+        ev = {name: i for i, name in enumerate(ct.EVENTS)}
         for cta in run["stamps"]:
-            t = [cta[i][0] for i in (0, 1, 3, 4, 7)]        # entry, ready, full, mma, exit
+            t = [cta[ev[n]][0] for n in ("entry", "ready", "full", "mma", "exit")]
             assert all(t) and t == sorted(t)
+            # the producer thread's own two stamps, in its program order
+            assert 0 < cta[ev["produce"]][0] <= cta[ev["load"]][0]
         s = run["summary"]
         assert s["ctas"] == res["grid_ctas"]
         assert s["span_us"] <= s["event_us"] + 1.0          # globaltimer and events: ~1 µs apart at most

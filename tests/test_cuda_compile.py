@@ -270,6 +270,22 @@ def test_epi_direct_stores_from_registers_without_spills(backend, sass, text):
     assert "UTMASTG" in filed and "UTMASTG" not in direct and "STG" in direct
 
 
+@pytest.mark.parametrize("text", ["bm=64 bn=16 warps=4 stages=2 warp_spec=0",         # lite
+                                  "bm=64 bn=16 warps=8 stages=16"])                    # persistent
+def test_tmap_prefetch_off_drops_only_the_prefetch(backend, sass, text):
+    """TMAP_PREFETCH=0 (wgmma.cu, a timeline experiment; 1 in every filed kernel): the tensor-map
+    prefetches at entry (UTMACCTL.PF in the SASS) are gone and nothing else changes but their slots:
+    the TMA loads and stores stay, no spills."""
+    spec = _spec("family=wgmma " + text)
+    src = backend.render(spec, BIG)
+    filed = sass(backend.compile_source(spec, src, "sm_90a", "nt").binary)
+    art = backend.compile_source(spec, "#define TMAP_PREFETCH 0\n" + src, "sm_90a", "nt")
+    assert art.meta["spills_bytes"] == 0 and art.meta["stack_bytes"] == 0, art.meta["log"]
+    off = sass(art.binary)
+    assert filed.count("UTMACCTL.PF") == 3 and "UTMACCTL" not in off
+    assert "UTMALDG" in off and "UTMASTG" in off
+
+
 def test_cli_compile_only(tmp_path):
     env = {**os.environ, "CUDAL2_CACHE_DIR": str(tmp_path)}
     for extra in ([], ["--family", "wgmma", "--layout", "nt"]):
