@@ -2,7 +2,7 @@
 # One device call = one run of this script: install from the tree, then the named stages, with
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
-# ceiling.
+# ceiling launch.
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -62,6 +62,11 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # is, 8 MB to 1 GiB, offline and with L2 wiped (bench/stream_ceiling.py; seconds): whether a
       # decode kernel can pass cuBLAS's ~3.6 TB/s on the 117-136 MB weights at all.
       timeout 120 python3 bench/stream_ceiling.py --out "$OUT" 2>&1 | tail -20 ;;
+    launch)
+      # Issues 20 / 19: what a short kernel pays before its work: empty kernels by parameter block,
+      # dynamic smem, cluster, CTAs; a 64x64 tile's first load by TMA (with / without the tensor-map
+      # prefetch), cp.async and plain loads (bench/launch_cost.py; seconds).
+      timeout 120 python3 bench/launch_cost.py --out "$OUT" 2>&1 | tail -20 ;;
     *)
       echo "unknown stage $stage" ;;
   esac
