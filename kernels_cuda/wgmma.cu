@@ -63,6 +63,13 @@
 // after the barriers were ready, and its data in smem 0.1-0.2 µs later: a blocked first issue (the
 // descriptor fetch?) or the code before it? TL_PRODUCE (just before the first load) splits the two;
 // the variant without the prefetch tells whether the prefetch does anything.
+// LITE_CP (0 in every filed kernel; a timeline / variant experiment): the lite schedule, layout nt,
+// loads all of a unit's K by cp.async when it fits the ring (K <= STAGES x 64: the tiny shapes),
+// every thread copying 16-byte chunks into the same 128-byte-swizzled layout TMA writes, then waits,
+// fences the generic proxy's writes for wgmma's async proxy and syncs the CTA; no TMA load and no
+// mbarrier on the path to the first MMA (the grid store's small-shape floors: wgmma 5.2-5.6 µs over
+// its modelled core, the cp.async families 4.48-4.51; NOTES 2026-12-05). Longer K keeps the TMA ring. The kernel then takes A's and B's
+// pointers after M, N, K (the launcher sees the module's `cudal2_lite_cp`).
 
 #define THREADS (WARPS * 32)
 #define A_BYTES (BM * 64 * 2)
@@ -116,6 +123,15 @@
 #endif
 #ifndef TMAP_PREFETCH
 #define TMAP_PREFETCH 1 // thread 0 prefetches the three tensor maps at entry (see the header)
+#endif
+#ifndef LITE_CP
+#define LITE_CP 0       // lite, nt: all of K by cp.async when it fits the ring, no TMA load (see the header)
+#endif
+#if LITE_CP
+#if !LITE || !LAYOUT_NT || CLUSTER > 1 || EARLY_LOAD
+#error "LITE_CP: the lite schedule (warp_spec 0), layout nt, no 2-CTA cluster, no EARLY_LOAD"
+#endif
+__device__ int cudal2_lite_cp;  // tells the launcher to pass A's and B's pointers after M, N, K
 #endif
 #if A_TRIM
 #if CLUSTER > 1
@@ -192,6 +208,20 @@ DEVI void ring_advance(int& s, u32& phase, int n) {
     s = x % STAGES;
 }
 
+#if LITE_CP
+// Rows [row0, row0 + rows) x k-columns [k0, k0 + 64) of a K-major operand (ld = K) into the smem
+// tile at dst as TMA's 128-byte swizzle lays it: row r at r x 128 B, its 16-byte chunk j at
+// (j ^ (r % 8)) x 16 (dst is 1024-aligned). Rows >= rows_lim and columns >= K are zero-filled
+// (K % 8 == 0, the family's TMA rule: a chunk is all in or all out).
+DEVI void cp_tile(u32 dst, const f16_t* __restrict__ g, int row0, int rows, int rows_lim, int k0, int K) {
+    for (int q = threadIdx.x; q < rows * 8; q += THREADS) {
+        const int r = q >> 3, j = q & 7, row = row0 + r, k = k0 + 8 * j;
+        const bool ok = row < rows_lim && k < K;
+        cp_async_16(dst + r * 128 + ((j ^ (r & 7)) << 4), ok ? g + (long long)row * K + k : g, ok ? 16 : 0);
+    }
+}
+#endif
+
 // Load k-tile kt of tile (tm, tn) into ring slot s once its consumers have released it.
 DEVI void produce(const TensorMap* tmA, const TensorMap* tmB, u32 ring, u32 full0, u32 empty0, int tm, int tn,
                   int kt, u32 rank, int& s, u32& phase, u32 a_tx) {
@@ -229,7 +259,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) CLUSTER_ATTR
 cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ TensorMap tmB,
              const __grid_constant__ TensorMap tmC, u32* __restrict__ C, float* __restrict__ ws,
              int* __restrict__ counters,
-             int M, int N, int K) {
+             int M, int N, int K
+#if LITE_CP
+             , const f16_t* __restrict__ Ag, const f16_t* __restrict__ Bg
+#endif
+             ) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     __shared__ __align__(8) u64 full_bar[STAGES];
     __shared__ __align__(8) u64 empty_bar[STAGES];
@@ -350,6 +384,24 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #if LITE
             // Every slot is free at the start: issue the first STAGES k-tiles together.
             int next = kt0;
+#if LITE_CP
+            const bool cp_all = kt1 - kt0 <= STAGES;    // uniform: the whole unit's K fits the ring
+            if (cp_all) {
+                TL(TL_PRODUCE, threadIdx.x == 0 && u == cid);
+                for (int i = 0; i < kt1 - kt0; ++i) {
+                    const u32 sa = ring + ((s + i) % STAGES) * STAGE_BYTES;
+                    cp_tile(sa, Ag, tm * BM, BM, M, (kt0 + i) * 64, K);
+                    cp_tile(sa + A_BYTES, Bg, tn * BN, BN, N, (kt0 + i) * 64, K);
+                }
+                next = kt1;                             // nothing left for thread 0 to refill
+                asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+                // cp.async writes through the generic proxy, wgmma reads through the async one
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                __syncthreads();                        // every thread's chunks are in
+            } else
+#else
+            constexpr bool cp_all = false;
+#endif
 #if EARLY_LOAD
             if (u == cid) next = early_next;        // issued before the barrier (thread 0's value)
             else
@@ -364,6 +416,9 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #endif
 #endif
             for (int kt = kt0; kt < kt1; ++kt) {
+#if LITE
+                if (!cp_all)                            // LITE_CP's loads are all in already
+#endif
                 mbar_wait(full0 + 8 * s, phase);
                 TL(TL_FULL, tig == 0 && c == 0 && u == cid && kt == kt0);
                 const u32 sa = ring + s * STAGE_BYTES, sb = sa + A_BYTES;

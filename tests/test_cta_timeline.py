@@ -80,7 +80,7 @@ def test_the_committed_cases_parse_and_are_valid_specs():
     from cudal2.spec import validate
     lines = [l for l in (ROOT / "bench" / "timeline_cases.txt").read_text().splitlines()
              if l.strip() and not l.startswith("#")]
-    assert len(lines) == 33
+    assert len(lines) == 36
     for line in lines:
         shape, text, defines = ct.parse_case(line)
         spec = KernelSpec.parse(text)
@@ -288,3 +288,35 @@ def test_results_are_written_after_every_case(monkeypatch, tmp_path):
     doc = json.loads((tmp_path / "cta_timeline_abc1234.json").read_text())
     assert [r["shape"] for r in doc["results"]] == ["64x64x64:nt"] and doc["complete"] is False
     assert doc["device_info"]["name"] == "target sm_90a"
+
+
+# LITE_CP (lite, nt: all of K by cp.async where it fits the ring, else the TMA ring): the full checker
+# on both paths, and the same bits as the filed kernel (the same MMAs in the same order).
+LITE_CP_CASES = [(LITE_ONE, (100, 1000, 120)),                                   # cp.async: 2 k-tiles
+                 (LITE_ONE, (100, 1000, 3000)),                                  # TMA: K past the ring
+                 ("backend=cuda family=wgmma bm=128 bn=64 bk=64 warps=8 stages=3 group_m=8 split_k=1 subtile=1 "
+                  "warp_spec=0 cluster=1", (257, 100, 136)),                     # two warpgroups, ragged K
+                 (VARIANT_SPECS[1], (100, 1000, 600))]                           # cluster split-K, 3 a slice
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("text,shape", LITE_CP_CASES)
+def test_lite_cp_passes_the_checker_and_matches_the_filed_kernel(gpu_device, text, shape):
+    import torch
+    from cudal2.check import check_kernel, make_inputs
+    from cudal2.problems import Problem
+    p = Problem(*shape, "nt")
+    spec = KernelSpec.parse(text)
+    kernel = ct.build_variant(spec, p, gpu_device, ct.prefix({"LITE_CP": 1}))
+    assert kernel.lite_cp
+    report = check_kernel(kernel, p, "cuda")
+    assert report.passed, "\n".join(r.line() for r in report.results)
+    filed = ct.build_variant(spec, p, gpu_device, "")
+    a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(7))
+    outs = []
+    for k in (kernel, filed):
+        c = torch.full((p.M, p.N), float("nan"), dtype=torch.float16, device="cuda")
+        k(a, b, c)
+        outs.append(c)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], outs[1])

@@ -286,6 +286,28 @@ def test_tmap_prefetch_off_drops_only_the_prefetch(backend, sass, text):
     assert "UTMALDG" in off and "UTMASTG" in off
 
 
+@pytest.mark.parametrize("text", ["bm=64 bn=16 warps=4 stages=2 warp_spec=0",                   # one warpgroup
+                                  "bm=128 bn=64 warps=8 stages=3 warp_spec=0",                   # two
+                                  "bm=64 bn=96 warps=4 stages=8 warp_spec=0 split_k=4"])         # cluster split-K
+def test_lite_cp_compiles_both_load_paths_without_spills(backend, sass, text):
+    """LITE_CP=1 (wgmma.cu, an experiment; 0 in every filed kernel): the lite nt kernel carries both
+    the cp.async path (LDGSTS, then the generic -> async proxy fence) for K that fits the ring and the
+    TMA ring (UTMALDG) for longer K, no spills; nn and the persistent schedules are refused."""
+    spec = _spec("family=wgmma " + text)
+    src = backend.render(spec, Problem(100, 1000, 120, "nt"))
+    art = backend.compile_source(spec, "#define LITE_CP 1\n" + src, "sm_90a", "nt")
+    assert art.meta["spills_bytes"] == 0 and art.meta["stack_bytes"] == 0, art.meta["log"]
+    code = sass(art.binary)
+    assert "LDGSTS.E.BYPASS.128" in code and "UTMALDG" in code and "FENCE.VIEW.ASYNC.S" in code
+    assert "LDGSTS" not in sass(backend.compile_source(spec, src, "sm_90a", "nt").binary)
+    for other, layout in ((text.replace("warp_spec=0", "warp_spec=1").replace("warps=4", "warps=8"), "nt"),
+                          (text, "nn")):
+        sp = _spec("family=wgmma " + other)
+        with pytest.raises(CompileError, match="LITE_CP"):
+            backend.compile_source(sp, "#define LITE_CP 1\n" + backend.render(sp, Problem(100, 1000, 120, layout)),
+                                   "sm_90a", layout)
+
+
 def test_cli_compile_only(tmp_path):
     env = {**os.environ, "CUDAL2_CACHE_DIR": str(tmp_path)}
     for extra in ([], ["--family", "wgmma", "--layout", "nt"]):

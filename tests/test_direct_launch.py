@@ -408,3 +408,26 @@ def test_a_trim_kernels_get_an_a_box_of_m_rows(monkeypatch, layout):
 
 if __name__ == "__main__" and "--worker" in sys.argv:
     _worker()
+
+
+def test_lite_cp_kernels_get_a_and_b_pointers(monkeypatch):
+    """A wgmma module built with LITE_CP=1 (wgmma.cu's cp.async experiment) takes A's and B's
+    pointers after M, N, K: the per-call launch and the bound one pack them, and a moved operand
+    moves its pointer. Without the symbol (every filed kernel) the argument list is as before."""
+    import torch
+    k, drv = _stand_in_kernel("wgmma", "nt", "bm=64 bn=16 warps=4 stages=2 warp_spec=0", monkeypatch)
+    k.lite_cp, k._ab = True, [ctypes.c_uint64(), ctypes.c_uint64()]
+    slots = k._maps + [k._u64[1], k._u64[2], k._u64[3]] + k._i32 + k._ab
+    k._args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
+    monkeypatch.setitem(_LAYOUT, "wgmma", _LAYOUT["wgmma"] + ("Q", "Q"))
+    M, N, K = 100, 64, 120
+    h = torch.float16
+    a, b, c = torch.empty(M, K, dtype=h), torch.empty(N, K, dtype=h), torch.empty(M, N, dtype=h)
+    k._run(M, N, K, a, b, c, k._stream(None))
+    f = k.bind(M, N, K)
+    f(a, b, c)
+    run, bound = drv.launches[0][5], drv.launches[1][5]
+    assert run == bound and run[6:] == [M, N, K, a.data_ptr(), b.data_ptr()]
+    a2 = torch.empty(M, K, dtype=h)
+    f(a2, b, c)
+    assert drv.launches[2][5][9:] == [a2.data_ptr(), b.data_ptr()]

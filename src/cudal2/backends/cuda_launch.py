@@ -83,6 +83,8 @@ class CudaKernel:
             # rows tall when M < BM: its module says so by a symbol, so the maps below always match
             # the transaction count.
             self.a_trim = d.cuModuleGetGlobal(self.module, b"cudal2_a_trim")[0] == d.CUresult.CUDA_SUCCESS
+            # LITE_CP (wgmma.cu, an experiment): the kernel also takes A's and B's pointers.
+            self.lite_cp = d.cuModuleGetGlobal(self.module, b"cudal2_lite_cp")[0] == d.CUresult.CUDA_SUCCESS
         self.sm_count = self.device_info.sm_count     # read once by cudal2.device, not asked again
         self.threads = self.spec.warps * 32
         if self.family == "wgmma" and self.spec.cluster > 1:
@@ -95,8 +97,10 @@ class CudaKernel:
         self._i32 = [ctypes.c_int() for _ in range(3)]
         if self.family == "wgmma":
             self._maps = [(ctypes.c_ubyte * 128)() for _ in range(3)]
-            # (maps A, B, C; C's pointer (lite split-K stores directly); workspace; counters; M, N, K)
-            slots = self._maps + [self._u64[1], self._u64[2], self._u64[3]] + self._i32
+            # (maps A, B, C; C's pointer (lite split-K stores directly); workspace; counters; M, N, K
+            # [; A's and B's pointers: LITE_CP])
+            self._ab = [ctypes.c_uint64(), ctypes.c_uint64()] if self.lite_cp else ()
+            slots = self._maps + [self._u64[1], self._u64[2], self._u64[3]] + self._i32 + list(self._ab)
         else:
             slots = self._u64 + self._i32
         self._args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
@@ -227,8 +231,10 @@ class CudaKernel:
 
     # CTAs a persistent cluster launch may have resident at once (None: one per SM).
     cluster_ctas: int | None = None
-    # wgmma built with A_TRIM (read off the module when loaded).
+    # wgmma built with A_TRIM / LITE_CP (read off the module when loaded).
     a_trim: bool = False
+    lite_cp: bool = False
+    _ab: tuple | list = ()          # LITE_CP: the slots of A's and B's pointers
 
     def _cluster_capacity(self) -> int:
         """CTAs in the clusters that fit on the device at once (cuOccupancyMaxActiveClusters): a
@@ -293,6 +299,8 @@ class CudaKernel:
         for slot, m in zip(self._maps, (ta, tb, self._c_map(M, N, pc))):
             ctypes.memmove(slot, m, 128)
         self._u64[1].value = pc
+        if self._ab:
+            self._ab[0].value, self._ab[1].value = pa, pb
         if self._global_split():
             self._u64[2].value, self._u64[3].value = self._splitk_workspace(M, N, s, b.device)
         else:
@@ -362,7 +370,8 @@ class CudaKernel:
         maps = [(ctypes.c_ubyte * 128)() for _ in range(3)]
         c_slot, ws_slot, cnt_slot = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
         i32 = [ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)]
-        slots = maps + [c_slot, ws_slot, cnt_slot] + i32
+        ab = [ctypes.c_uint64(), ctypes.c_uint64()] if self.lite_cp else []
+        slots = maps + [c_slot, ws_slot, cnt_slot] + i32 + ab
         args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
         a_args = ctypes.addressof(args)
         g0 = self._grid_wgmma(M, N)
@@ -379,6 +388,8 @@ class CudaKernel:
                 ta, tb = self._tensor_maps(M, N, K, bshape, pa, pb)
                 ctypes.memmove(maps[0], ta, 128)
                 ctypes.memmove(maps[1], tb, 128)
+                if ab:
+                    ab[0].value, ab[1].value = pa, pb
                 last[0] = (pa, pb)
             if last[2] != pc:
                 ctypes.memmove(maps[2], self._c_map(M, N, pc), 128)
