@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--retime-stale", action="store_true",
                     help="with --registry: also time again the rows that no longer time what dispatch runs "
                          "(a re-search or a guard re-filed the entry, add-timings chose another call; "
-                         "cudal2.registry.timings.stale_rows); each new row replaces its old one")
+                         "cudal2.compare_rows.stale_rows); each new row replaces its old one")
     args = ap.parse_args(argv)
     if args.retime_stale and not args.registry:
         ap.error("--retime-stale needs --registry (what dispatch runs is the registry's)")
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
         entries = {e.problem: e for e in Registry.load(args.registry).all(current().key)}
         if args.retime_stale:
             from cudal2.lt_dispatch import lt_version
-            from cudal2.registry.timings import stale_rows
+            from cudal2.compare_rows import stale_rows
             earlier = json.loads(runs_path.read_text()) if runs_path.exists() else []
             stale = stale_rows(rows, entries, lt_version(), first_run_ts(earlier))
             todo = [p for p in chunk if (p.shape, p.layout) not in have or p.text in stale]

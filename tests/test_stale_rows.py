@@ -1,11 +1,11 @@
-"""registry.timings.stale_rows: which compare rows no longer time what cudal2.matmul dispatches,
+"""compare_rows.stale_rows: which compare rows no longer time what cudal2.matmul dispatches,
 and bench/grid_baselines.py's use of it (--retime-stale: one row per shape, the last appended)."""
 import pytest
 
 from bench_import import load_bench
 from cudal2.problems import Problem
 from cudal2.registry.entry import Entry
-from cudal2.registry.timings import dispatched_now, row_dispatch, stale_rows
+from cudal2.compare_rows import dispatched_now, row_dispatch, stale_rows
 
 DEV = "h200-sm90"
 WGMMA = "backend=cuda family=wgmma bm=128 bn=128 bk=64 warps=12 stages=5 group_m=8 split_k=1 subtile=1 warp_spec=1 cluster=1"

@@ -114,7 +114,7 @@ def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, dev
             f"({reasons.get(dropped[0], 'unavailable')}); name the baselines to run without it (--baselines ...)")
     del ref
     # ts (POSIX): when the row was timed, so a later run can tell which entries were filed after it
-    # (registry.timings.stale_rows)
+    # (compare_rows.stale_rows)
     row: dict = {"shape": problem.shape, "M": problem.M, "N": problem.N, "K": problem.K,
                  "layout": problem.layout, "gflop": problem.flops / 1e9, "class": flop_class(problem.flops),
                  "floor_us": timing.roofline_us(problem, peak), "ts": round(time.time(), 1)}
