@@ -176,14 +176,24 @@ class Probe:
             self.args[kind] = (ctypes.c_void_p * max(1, len(s)))(*[ctypes.addressof(x) for x in s]) if s else None
 
     def fn(self, name: str):
+        """The case's launch as the clock calls it: no status check on the hot path (each case
+        was launched once through `launch_checked` before any timing)."""
         import torch
         f, grid, threads, smem, kind = CASES[name]
         func, args, d = self.funcs[f], self.args[kind], self.d
         argp = ctypes.addressof(args) if args is not None else 0
 
         def launch():
-            d.cuLaunchKernel(func, grid, 1, 1, threads, 1, 1, smem, torch.cuda.current_stream().cuda_stream, argp, 0)
+            return d.cuLaunchKernel(func, grid, 1, 1, threads, 1, 1, smem,
+                                    torch.cuda.current_stream().cuda_stream, argp, 0)
         return launch
+
+    def launch_checked(self, name: str) -> None:
+        """One launch of the case with its status checked, then synchronised (a launch the driver
+        refused would otherwise be timed as a very fast kernel)."""
+        import torch
+        self.check(self.fn(name)(), f"cuLaunchKernel({name})")
+        torch.cuda.synchronize()
 
     def check_loads(self) -> dict[str, bool]:
         """Each load kernel's XOR against the tile's bytes on the host."""
@@ -193,8 +203,7 @@ class Probe:
         for name, (_f, _g, _t, _s, kind) in CASES.items():
             if kind in ("tma", "tile"):
                 self.out.zero_()
-                self.fn(name)()
-                torch.cuda.synchronize()
+                self.launch_checked(name)
                 ok[name] = int(self.out[0].item()) & 0xFFFFFFFF == want
         return ok
 
@@ -245,6 +254,8 @@ def main(argv=None) -> int:
     commit, key, card = source_commit(), current().key, torch.cuda.get_device_name()
     command = "python3 bench/launch_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
     probe = Probe(compile_probe())
+    for name in CASES:
+        probe.launch_checked(name)              # LaunchError names a case the driver refused
     bad = [n for n, ok in probe.check_loads().items() if not ok]
     if bad:
         print(f"error: load kernels returned the wrong XOR: {bad}", file=sys.stderr)

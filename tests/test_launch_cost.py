@@ -69,5 +69,5 @@ def test_probe_runs_every_case_on_the_card(gpu_device):
     probe = lc.Probe(lc.compile_probe())
     assert all(probe.check_loads().values())
     for name in lc.CASES:
-        probe.fn(name)()
+        probe.launch_checked(name)
     torch.cuda.synchronize()
