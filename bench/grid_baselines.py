@@ -36,15 +36,6 @@ def latest_rows(rows: list[dict]) -> list[dict]:
     return [r for i, r in enumerate(rows) if last[(r["shape"], r["layout"])] == i]
 
 
-def first_run_ts(runs: list[dict]) -> float | None:
-    """The POSIX time of a rows file's first run (runs.json), None without one. Rows without the
-    kernel they timed are judged stale against it: an entry filed after the first chunk may postdate
-    the row, and re-timing a current row costs less than keeping a stale one."""
-    from datetime import datetime
-    ts = [r["ts"] for r in runs if r.get("ts")]
-    return min(datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp() for t in ts) if ts else None
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layout", default="nn", choices=("nn", "nt"))
@@ -109,7 +100,7 @@ def main(argv=None) -> int:
         entries = {e.problem: e for e in Registry.load(args.registry).all(current().key)}
         if args.retime_stale:
             from cudal2.lt_dispatch import lt_version
-            from cudal2.compare_rows import stale_rows
+            from cudal2.compare_rows import first_run_ts, stale_rows
             earlier = json.loads(runs_path.read_text()) if runs_path.exists() else []
             stale = stale_rows(rows, entries, lt_version(), first_run_ts(earlier))
             todo = [p for p in chunk if (p.shape, p.layout) not in have or p.text in stale]

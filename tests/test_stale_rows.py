@@ -5,7 +5,7 @@ import pytest
 from bench_import import load_bench
 from cudal2.problems import Problem
 from cudal2.registry.entry import Entry
-from cudal2.compare_rows import dispatched_now, row_dispatch, stale_rows
+from cudal2.compare_rows import dispatched_now, first_run_ts, resume_rows, row_dispatch, stale_rows
 
 DEV = "h200-sm90"
 WGMMA = "backend=cuda family=wgmma bm=128 bn=128 bk=64 warps=12 stages=5 group_m=8 split_k=1 subtile=1 warp_spec=1 cluster=1"
@@ -75,14 +75,14 @@ def test_stale_rows_each_reason():
     assert set(stale_rows(rows, entries, 130100, timed_by=None)) == {P[1].text, P[2].text, P[3].text}
 
 
-def test_grid_baselines_keeps_the_last_row_and_the_first_run():
+def test_grid_baselines_keeps_the_last_row_and_the_first_run_counts():
     gb = load_bench("grid_baselines")
     rows = [{"shape": "1x2x3", "layout": "nn", "v": 1}, {"shape": "1x2x3", "layout": "nt", "v": 2},
             {"shape": "1x2x3", "layout": "nn", "v": 3}]
     assert [r["v"] for r in gb.latest_rows(rows)] == [2, 3]
     runs = [{"ts": "2026-12-03T15:18:46Z"}, {"ts": "2026-12-03T10:00:00Z"}, {"shapes": 3}]
-    assert gb.first_run_ts(runs) == 1796292000.0      # 2026-12-03 10:00:00 UTC, the earlier run
-    assert gb.first_run_ts([]) is None
+    assert first_run_ts(runs) == 1796292000.0      # 2026-12-03 10:00:00 UTC, the earlier run
+    assert first_run_ts([]) is None and first_run_ts(None) is None
 
 
 def test_retime_stale_needs_a_registry(capsys):
@@ -90,3 +90,34 @@ def test_retime_stale_needs_a_registry(capsys):
     with pytest.raises(SystemExit):
         gb.main(["--retime-stale"])
     assert "--retime-stale needs --registry" in capsys.readouterr().err
+
+
+CONFIG = {"min_calls": 30, "min_ms": 20.0, "server_calls": 30, "gap_ms": 2.0, "tune_calls": 3, "eager_calls": 200,
+          "eager_ms": 10.0, "seed": 0, "retune": False, "modes": ["offline", "server"],
+          "baselines": ["torch", "cublas-tn"], "kernel_source": "registry"}
+
+
+def test_resume_keeps_current_rows_and_times_the_rest():
+    entries = {e.problem: e for e in [kernel(P[0]), cublas(P[1], "torch"), kernel(P[2])]}
+    doc = {"config": dict(CONFIG), "runs": [{"ts": "2026-12-05T05:00:00Z"}],
+           "rows": [row(P[0], "kernel", WGMMA, ts=200.0),          # current
+                    row(P[1], "cublaslt-autotune", ts=200.0),       # the call changed since: stale
+                    row(P[2], "kernel", OTHER, ts=200.0),           # another kernel now: stale
+                    row(P[5], "kernel", WGMMA, ts=200.0)]}          # not asked this time: dropped
+    problems = [P[0], P[1], P[2], P[3]]                             # P[3]: never timed
+    kept, todo, stale = resume_rows(doc, problems, CONFIG, entries, 130100)
+    assert [r["shape"] for r in kept] == [P[0].shape]
+    assert [p.text for p in todo] == [P[1].text, P[2].text, P[3].text]
+    assert set(stale) == {P[1].text, P[2].text}
+    # a --spec compare re-times the rows of another spec, or of none named
+    kept, todo, stale = resume_rows(doc, problems, CONFIG, None, None, spec_text=OTHER)
+    assert [r["shape"] for r in kept] == [P[2].shape] and len(todo) == 3
+    # a baselines-only compare keeps every row it asks for
+    kept, todo, _ = resume_rows(doc, problems, CONFIG, None, None)
+    assert len(kept) == 3 and [p.text for p in todo] == [P[3].text]
+
+
+def test_resume_refuses_other_settings():
+    doc = {"config": {**CONFIG, "min_ms": 100.0}, "rows": []}
+    with pytest.raises(ValueError, match="min_ms=100.0 and this run asks 20.0"):
+        resume_rows(doc, [P[0]], CONFIG, None, None)

@@ -66,3 +66,49 @@ def stale_rows(rows: list[dict], entries: dict[str, Entry], lt_version: int | No
         elif now == "kernel" and not r.get("cudal2_spec") and refiled:
             out[key] = "the kernel entry was filed after the compare"
     return out
+
+
+def first_run_ts(runs: list[dict] | None) -> float | None:
+    """The POSIX time of a compare's first run (its `runs` records), None without one. Rows without
+    their own `ts` are judged stale against it: an entry filed after the first chunk may postdate
+    the row, and re-timing a current row costs less than keeping a stale one."""
+    from datetime import datetime
+    ts = [r["ts"] for r in runs or [] if r.get("ts")]
+    return min(datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp() for t in ts) if ts else None
+
+
+# The settings a resumed compare must share with the file it resumes: rows timed with other budgets,
+# inputs or baselines would not be one run's figures.
+RESUME_KEYS = ("min_calls", "min_ms", "server_calls", "gap_ms", "tune_calls", "eager_calls", "eager_ms",
+               "seed", "retune", "modes", "baselines", "kernel_source")
+
+
+def resume_rows(doc: dict, problems, config: dict, entries: dict[str, Entry] | None,
+                lt_version: int | None, spec_text: str | None = None) -> tuple[list[dict], list, dict[str, str]]:
+    """(rows kept, problems left to time, {problem text: why timed again}) for `cudal2 compare
+    --resume` from an earlier compare JSON `doc`: its rows of the asked problems are kept unless
+    stale (`entries`: the registry's, see stale_rows; `spec_text`: a row that timed another spec, or
+    does not say which); the rest of the problems are timed. ValueError names the first setting in
+    RESUME_KEYS that differs from `config`."""
+    old = doc.get("config") or {}
+    for k in RESUME_KEYS:
+        if k in old and k in config and old[k] != config[k]:
+            raise ValueError(f"it was made with {k}={old[k]!r} and this run asks {config[k]!r}: give the "
+                             f"same settings, or another --json to start a new compare")
+    want = {p.text: p for p in problems}
+    by: dict[str, dict] = {}
+    for r in doc.get("rows") or []:
+        key = Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text
+        if key in want:
+            by[key] = r
+    if entries is not None:
+        stale = stale_rows(list(by.values()), entries, lt_version, first_run_ts(doc.get("runs")))
+    elif spec_text is not None:
+        from .spec import KernelSpec
+        text = KernelSpec.parse(spec_text).text
+        stale = {k: "timed another kernel than --spec" for k, r in by.items() if r.get("cudal2_spec") != text}
+    else:
+        stale = {}
+    kept = [r for k, r in by.items() if k not in stale]
+    todo = [p for k, p in want.items() if k not in by or k in stale]
+    return kept, todo, stale

@@ -273,6 +273,9 @@ def compare_cmd(
     retune: bool = typer.Option(False, "--retune", help="cublaslt-autotune: ignore the on-disk choice"),
     remeasure: bool = typer.Option(False, "--remeasure-roofline", help="measure P, BW and launch again"),
     table: bool = typer.Option(True, "--table/--no-table", help="print the per-shape tables"),
+    resume: bool = typer.Option(False, "--resume", help="go on from --json: keep its rows of these shapes "
+                                "that still time what would run now (same settings), time the others; "
+                                "the JSON is rewritten as rows come in"),
 ) -> None:
     """Time cudal2's kernel (or none) beside torch, cuBLAS and cuBLASLt; print and save the figures."""
     from .errors import UserError, fail
@@ -294,6 +297,8 @@ def compare_cmd(
             raise UserError(f"--plot {plot!r}: give a .png, .pdf or .svg file name")
         if min_calls < 1 or server_calls < 1 or tune_calls < 1 or min_ms < 0 or gap_ms < 0:
             raise UserError("--min-calls, --server-calls and --tune-calls must be >= 1; --min-ms, --gap-ms >= 0")
+        if resume and not json_path:
+            raise UserError("--resume goes on from a compare's --json file: give --json")
     except (UserError, ProblemError, SpecError) as e:
         fail(str(e))
         return
@@ -312,11 +317,24 @@ def compare_cmd(
     except Exception as e:
         fail(str(e).splitlines()[0])
         return
+    from .compare_resume import RowSink, resume_state
+    source = "registry" if registry is not None else ("spec" if spec is not None else "none")
+    kept, todo, runs = [], problems, []
+    if resume:
+        try:
+            kept, todo, runs = resume_state(json_path, problems, cfg, modes, names, source, registry, spec, device)
+        except ValueError as e:
+            fail(f"--resume {json_path}: {e}")
+            return
+    sink = RowSink(problems, kept, runs, json_path, modes, names, summaries)
     try:
-        rows, summ, meta = run(problems, names, modes, cfg, kernel_for, remeasure=remeasure, strict=strict)
+        run(todo, names, modes, cfg, kernel_for, remeasure=remeasure, strict=strict, on_row=sink.add,
+            meta_extra={"kernel_source": source}, meta_first=sink.run_meta)
     except bl.BaselineUnavailable as e:
         fail(str(e))
         return
+    rows, meta = sink.rows(), sink.meta()
+    summ = summaries(rows, modes, names)
     from rich.console import Console
     con = Console()
     if table:
@@ -328,8 +346,10 @@ def compare_cmd(
 
 
 def run(problems, names, modes, cfg: Config, kernel_for=None, *, remeasure=False, on_row=None,
-        progress=True, strict=False):
-    """All shapes, with a rich progress bar; returns rows, summaries and meta (versions, config, peak)."""
+        progress=True, strict=False, meta_extra: dict | None = None, meta_first: dict | None = None):
+    """All shapes, with a rich progress bar; returns rows, summaries and meta (versions, config, peak).
+    `meta_extra` joins the config; `meta_first`, a dict, is filled with the meta before the first
+    shape is timed (what `on_row` may save beside the rows so far)."""
     from dataclasses import asdict
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -337,6 +357,11 @@ def run(problems, names, modes, cfg: Config, kernel_for=None, *, remeasure=False
     from ..report import versions
     from ..timing import get_peak
     peak = get_peak(force=remeasure)
+    meta = {"versions": versions(), "config": {**asdict(cfg), "modes": list(modes), "baselines": list(names),
+                                               "baselines_named": not strict, **(meta_extra or {})},
+            "peak": peak.to_dict()}
+    if meta_first is not None:
+        meta_first.update(meta)
     rows = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not progress) as bar:
@@ -348,9 +373,6 @@ def run(problems, names, modes, cfg: Config, kernel_for=None, *, remeasure=False
             if on_row is not None:
                 on_row(row)
             bar.advance(task)
-    meta = {"versions": versions(), "config": {**asdict(cfg), "modes": list(modes), "baselines": list(names),
-                                               "baselines_named": not strict},
-            "peak": peak.to_dict()}
     return rows, summaries(rows, modes, names), meta
 
 
