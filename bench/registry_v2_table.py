@@ -26,7 +26,6 @@ Writes registry_v2_table.md and .json under --out.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from pathlib import Path
@@ -34,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_report import ratios  # noqa: E402  (bench/ is not a package)
 
+from cudal2.report import load_json  # noqa: E402
 from cudal2.stats import SHAPE_CLASSES, geomean, shape_class  # noqa: E402
 
 # The issue's targets (issue 22, "Targets (one H200, PROTOCOL.md)").
@@ -42,12 +42,9 @@ SERVER_TARGET, WORST_TARGET, WIN_SHARE_TARGET = 1.10, 0.97, 0.50
 
 
 def read_compare(path: str) -> dict:
-    p = Path(path)
-    if not p.is_file():
+    if not Path(path).is_file():
         raise SystemExit(f"error: {path}: no such compare file")
-    opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "rt") as f:
-        data = json.load(f)
+    data = load_json(path)
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("cudal2.compare/") or "rows" not in data:
         raise SystemExit(f"error: {path} is not a cudal2 compare JSON (schema cudal2.compare/N with rows)")
     return data

@@ -45,6 +45,12 @@ def test_resume_state_keeps_the_asked_rows_and_refuses_other_settings(tmp_path):
         cr.resume_state(str(path), P, Config(min_ms=100.0), MODES, NAMES, "none", None, None, None)
     with pytest.raises(ValueError, match="kernel_source='none' and this run asks 'registry'"):
         cr.resume_state(str(path), P, cfg, MODES, NAMES, "registry", None, None, None)
+    # a gzipped compare (how they are committed) resumes the same
+    import gzip
+    gz = tmp_path / "c.json.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    kept_gz, todo_gz, _ = cr.resume_state(str(gz), P, cfg, MODES, NAMES, "none", None, None, None)
+    assert kept_gz == kept and todo_gz == todo
 
 
 def test_row_sink_orders_rows_and_saves_as_they_come(tmp_path, monkeypatch):

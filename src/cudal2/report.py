@@ -125,9 +125,19 @@ def write_json(path, rows: Sequence[Mapping], meta: Mapping, summary: Mapping | 
     return path
 
 
+def load_json(path):
+    """A JSON file, gzip-compressed or not (the committed compares are .json.gz): what it holds."""
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        import gzip
+        raw = gzip.decompress(raw)
+    return json.loads(raw)
+
+
 def read_json(path) -> dict:
-    doc = json.loads(Path(path).read_text())
-    if doc.get("schema") != SCHEMA:
+    """A `cudal2 compare --json` file (gzipped or not); ValueError if it is not of this schema."""
+    doc = load_json(path)
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema {doc.get('schema')!r} is not {SCHEMA!r}")
     return doc
 

@@ -323,7 +323,7 @@ def compare_cmd(
     if resume:
         try:
             kept, todo, runs = resume_state(json_path, problems, cfg, modes, names, source, registry, spec, device)
-        except ValueError as e:
+        except (ValueError, OSError, EOFError) as e:     # another compare's settings; not a compare JSON
             fail(f"--resume {json_path}: {e}")
             return
     sink = RowSink(problems, kept, runs, json_path, modes, names, summaries)

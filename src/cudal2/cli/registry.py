@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 from typing import Optional
@@ -310,13 +309,13 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
     from .errors import fail
     from ..registry import (RegistryError, add_timings, call_guard, call_timings, compare_timings, server_guard,
                             server_timings)
+    from ..report import load_json
     reg = _load(registry)
     if reg.shipped:
         fail("the shipped registry is read-only here: export it, add the timings to the copy, ship that", code=1)
         return
     try:
-        raw = Path(compare).read_bytes()
-        data = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)   # committed compares are gzipped
+        data = load_json(compare)                   # committed compares are gzipped
         device = data["versions"]["device_key"]
         guarded = []
         if guard is not None:       # first: the entries it re-files take this compare's timings below
