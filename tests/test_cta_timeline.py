@@ -92,6 +92,23 @@ def test_the_committed_cases_parse_and_are_valid_specs():
         assert re.search(r"0 bytes spill stores", log), (line, log)
 
 
+def test_the_small_probe_pairs_every_variant_with_its_filed_kernel():
+    """bench/timeline_cases_small.txt is the short call's subset: a variant's row says something only
+    beside the same shape and spec built as filed, so every variant case needs that plain case too."""
+    from cudal2.device import DeviceInfo
+    from cudal2.problems import Problem
+    from cudal2.spec import validate
+    cases = [ct.parse_case(l) for l in (ROOT / "bench" / "timeline_cases_small.txt").read_text().splitlines()
+             if l.strip() and not l.startswith("#")]
+    plain = {(shape, text) for shape, text, defines in cases if not defines}
+    variants = [(shape, text) for shape, text, defines in cases if defines]
+    assert variants and plain
+    for shape, text in variants:
+        assert (shape, text) in plain, (shape, text)
+    for shape, text, _ in cases:
+        validate(KernelSpec.parse(text), Problem.parse(shape), DeviceInfo.target("sm_90a"))
+
+
 def test_bad_arguments_fail_before_any_gpu_work(capsys):
     with pytest.raises(SystemExit):
         ct.main(["--case", "64x64x64:nt|x", "--before", "-1", "--out", "/tmp/unused"])
