@@ -16,6 +16,7 @@ import os
 import re
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from ..device import DeviceInfo
@@ -71,6 +72,12 @@ def dynamic_smem(spec: KernelSpec) -> int:
     return spec.stages * (spec.bm * spec.bk + spec.bk * spec.bn) * 2
 
 
+def _resource_probe() -> str:
+    """An unused device global with a name no earlier compile used: it changes the PTX (so no
+    compiler cache answers) and nothing in any kernel."""
+    return f"\n__device__ int cudal2_resource_probe_{uuid.uuid4().hex};\n"
+
+
 def _nvrtc_compile(source: str, arch: str, options: tuple[str, ...]) -> tuple[bytes, str]:
     try:
         return compile_cubin(source, arch, options)
@@ -124,26 +131,31 @@ class CudaBackend:
         else:
             t0 = time.perf_counter()
             main = KERNELS[spec.family][0]
-            # A log without the entry's resource lines is retried once: on the H200 box (runs 30,
-            # 62, 64) 16 parallel compile workers got such logs for 2-57 of ~230 sources each, where
-            # the same compile alone (and every one on CPU) names the entry; the cause is not known,
-            # and one NVRTC call costs 0.1-1 s where a lost pair costs its whole measurement.
-            for attempt in range(2):
-                cubin, log = _nvrtc_compile(source, arch, self.options)
-                kernels = parse_ptxas_log(log)
-                if main in kernels:
-                    break
-            else:
-                last = log.strip().splitlines()[-1][:120] if log.strip() else "-"
-                raise CompileError(f"ptxas log names no entry {main!r} in two compiles "
-                                   f"(log {len(log)} chars, last line {last!r})", log)
+            cubin, log = _nvrtc_compile(source, arch, self.options)
+            kernels, probed = parse_ptxas_log(log), False
+            if main not in kernels:
+                # Where a driver is installed, NVRTC keeps a cache of what ptxas built (the driver's
+                # compute cache: CUDA_CACHE_DISABLE=1 turns it off; cuda-python issue #1124) and a
+                # PTX it has seen before, in any process, comes back without ptxas running, so the
+                # log names no entry. Seen on the card (2026-12-05, H100): two sources whose PTX is
+                # the same (a redundant #define) -> the second one's log had no resource lines, on a
+                # retry too; the "no entry" failures of runs 30 / 62 / 64 were such pairs. The
+                # cubin is right; the resources come from the same source built once more with an
+                # unused global of a fresh name, a PTX no cache holds (same kernel, same ptxas).
+                _, probe_log = _nvrtc_compile(source + _resource_probe(), arch, self.options)
+                kernels, probed = parse_ptxas_log(probe_log), True
+                if main not in kernels:
+                    last = log.strip().splitlines()[-1][:120] if log.strip() else "-"
+                    raise CompileError(f"ptxas log names no entry {main!r}, nor the resource probe's "
+                                       f"(log {len(log)} chars, last line {last!r})", log + probe_log)
+                log += "\n// resources from a probe compile (NVRTC's cache skipped ptxas):\n" + probe_log
             r = kernels[main]
             meta = {
                 "kernel": main, "kernels": kernels, "arch": arch, "layout": layout,
                 "registers": r["registers"], "spills_bytes": r["spill_stores"] + r["spill_loads"],
                 "stack_bytes": r["stack_bytes"], "smem_static": r["smem_static"],
                 "smem_dynamic": stream_smem(spec.to_dict(), layout) if spec.family == "stream" else dynamic_smem(spec), "nvrtc": nvrtc_version(),
-                "compile_s": round(time.perf_counter() - t0, 3), "log": log, "key": key, "log_retries": attempt,
+                "compile_s": round(time.perf_counter() - t0, 3), "log": log, "key": key, "resources_probed": probed,
             }
             _atomic_write(cubin_path, cubin)
             _atomic_write(meta_path, json.dumps(meta).encode())
