@@ -43,9 +43,9 @@
 #   cudal2 registry export run/registry                 # the shipped entries
 #   cp $G/lt-autotune-h200-sm90.json run/               # cuBLASLt autotune's choices (916 shapes)
 #   gunzip -c $G/compare_grid.rows.jsonl.gz >run/compare/compare_grid.rows.jsonl   # compared rows
-#   gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run67_gridnt_compare.rows.jsonl.gz \
+#   gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run72_gridnt_compare.rows.jsonl.gz \
 #     >run/compare_nt/compare_grid.rows.jsonl       # grid nt's (grid_baselines.py --layout nt --out run/compare_nt)
-#   cp $G/compare_grid.runs.json run/compare/; cp bench/results/h200-sm90/registry_v2/grid_nt/run67_gridnt_compare.runs.json run/compare_nt/compare_grid.runs.json
+#   cp $G/compare_grid.runs.json run/compare/; cp bench/results/h200-sm90/registry_v2/grid_nt/run72_gridnt_compare.runs.json run/compare_nt/compare_grid.runs.json
 #   gunzip -c $G/grid_nn2_store.db.gz >run/grid_nn2.db; tar xzf $G/grid_nn2_policy_ckpt.tgz   # once grid-nn2 ran
 # Commit a call's state the other way round: gzip -c run/grid.db >$G/grid_store.db.gz, tar czf
 # $G/grid_policy_ckpt.tgz run/grid.db.ckpt (and the same for run/grid_nn2.db*), the autotune json,
@@ -75,11 +75,11 @@ if [ ! -f run/grid.db ]; then
   gunzip -c $G/grid_store.db.gz >run/grid.db && tar xzf $G/grid_policy_ckpt.tgz && cp $G/lt-autotune-*.json run/
   cudal2 registry export run/registry >/dev/null
   gunzip -c $G/compare_grid.rows.jsonl.gz >run/compare/compare_grid.rows.jsonl
-  gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run67_gridnt_compare.rows.jsonl.gz \
+  gunzip -c bench/results/h200-sm90/registry_v2/grid_nt/run72_gridnt_compare.rows.jsonl.gz \
     >run/compare_nt/compare_grid.rows.jsonl
   # the runs' times too: --retime-stale judges rows without their own time against the first run
   cp $G/compare_grid.runs.json run/compare/
-  cp bench/results/h200-sm90/registry_v2/grid_nt/run67_gridnt_compare.runs.json run/compare_nt/compare_grid.runs.json
+  cp bench/results/h200-sm90/registry_v2/grid_nt/run72_gridnt_compare.runs.json run/compare_nt/compare_grid.runs.json
   if [ -f $G/grid_nn2_store.db.gz ]; then
     gunzip -c $G/grid_nn2_store.db.gz >run/grid_nn2.db && tar xzf $G/grid_nn2_policy_ckpt.tgz
   fi

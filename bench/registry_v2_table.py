@@ -3,7 +3,7 @@ the model set), as cudal2.matmul dispatches, beside the issue's targets; then pe
 
   python3 bench/registry_v2_table.py \
       --set grid-nn=bench/results/h200-sm90/grid_search/compare_grid.json.gz \
-      --set grid-nt=bench/results/h200-sm90/registry_v2/grid_nt/run67_gridnt_compare.json.gz \
+      --set grid-nt=bench/results/h200-sm90/registry_v2/grid_nt/run72_gridnt_compare.json.gz \
       --set models=bench/results/h200-sm90/registry_v2/models/run68_models_compare.json.gz \
       --verify bench/results/h200-sm90/registry_v2/verify_gpu_c71916b.txt \
       --index src/cudal2/registry/index.json --out bench/results/h200-sm90/registry_v2
