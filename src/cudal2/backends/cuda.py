@@ -135,13 +135,13 @@ class CudaBackend:
             kernels, probed = parse_ptxas_log(log), False
             if main not in kernels:
                 # Where a driver is installed, NVRTC keeps a cache of what ptxas built (the driver's
-                # compute cache: CUDA_CACHE_DISABLE=1 turns it off; cuda-python issue #1124) and a
-                # PTX it has seen before, in any process, comes back without ptxas running, so the
-                # log names no entry. Seen on the card (2026-12-05, H100): two sources whose PTX is
-                # the same (a redundant #define) -> the second one's log had no resource lines, on a
-                # retry too; the "no entry" failures of runs 30 / 62 / 64 were such pairs. The
-                # cubin is right; the resources come from the same source built once more with an
-                # unused global of a fresh name, a PTX no cache holds (same kernel, same ptxas).
+                # compute cache: CUDA_CACHE_DISABLE=1 turns it off; cuda-python issue #1124): a PTX
+                # it has built before comes back without ptxas running, so the log names no entry.
+                # H200, run 72: one fresh source compiled twice, the second log had no entry (both
+                # did with the cache off); the "no entry" failures of runs 30 / 62 / 64 / 70 were
+                # sources whose PTX an earlier compile had made. The cubin is right; the resources
+                # come from the same source built once more with an unused global of a fresh name,
+                # a PTX no cache holds (same kernel SASS, tested; one more cache entry each time).
                 _, probe_log = _nvrtc_compile(source + _resource_probe(), arch, self.options)
                 kernels, probed = parse_ptxas_log(probe_log), True
                 if main not in kernels:
