@@ -49,17 +49,11 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) k_cluster() {}
 __device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
 // The check: every thread XORs 16 of the tile's 2048 words (word t + 128 i, no bank conflicts), then
-// thread 0 folds the 128 partials, the same work as k_ldg's fold. (2026-12-05, H100: with thread 0
+// thread 0 folds the 128 partials (fold_out, k_ldg's fold too). (2026-12-05, H100: with thread 0
 // reading all 2048 words serially the TMA and cp.async cases measured +3.6 µs over empty, ld.global
 // +0.4: the serial read, not the load.)
-__device__ __forceinline__ void xor_out(u32 tile, u32* out) {
+__device__ __forceinline__ void fold_out(u32 x, u32* out) {
     __shared__ u32 part[128];
-    u32 x = 0;
-    for (int i = 0; i < 16; ++i) {
-        u32 w;
-        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(w) : "r"(tile + 4u * (threadIdx.x + 128u * i)));
-        x ^= w;
-    }
     part[threadIdx.x] = x;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -67,6 +61,16 @@ __device__ __forceinline__ void xor_out(u32 tile, u32* out) {
         for (int i = 0; i < 128; ++i) y ^= part[i];
         out[0] = y;
     }
+}
+
+__device__ __forceinline__ void xor_out(u32 tile, u32* out) {
+    u32 x = 0;
+    for (int i = 0; i < 16; ++i) {
+        u32 w;
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(w) : "r"(tile + 4u * (threadIdx.x + 128u * i)));
+        x ^= w;
+    }
+    fold_out(x, out);
 }
 
 // One 64x64 fp16 tile (8 KB) into shared memory by TMA, then its XOR into out[0].
@@ -111,16 +115,9 @@ extern "C" __global__ void k_cpasync(const unsigned char* g, u32* out) {
 
 // The same tile by plain 16-byte loads into registers, XOR-reduced through shared memory.
 extern "C" __global__ void k_ldg(const uint4* g, u32* out) {
-    __shared__ u32 part[128];
     u32 x = 0;
     for (int i = 0; i < 4; ++i) { const uint4 v = g[threadIdx.x + 128 * i]; x ^= v.x ^ v.y ^ v.z ^ v.w; }
-    part[threadIdx.x] = x;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        u32 y = 0;
-        for (int i = 0; i < 128; ++i) y ^= part[i];
-        out[0] = y;
-    }
+    fold_out(x, out);
 }
 '''
 
