@@ -1,0 +1,153 @@
+"""Adopt a device call's run pack (the run.tgz `bench/grid_search.sh` leaves under $OUT) into the repo.
+
+    python3 bench/adopt_runpack.py PATH/run.tgz [--device h200-sm90] [--dry-run]
+
+What it writes (the committed state `grid_search.sh` rebuilds run/ from on the next card):
+  * the pack's registry becomes the shipped one: src/cudal2/registry/index.json, and for each device
+    the pack files, kernels_<backend>/generated/<device>/ holds exactly the sources its entries name
+    (new ones copied, ones no entry names any more removed);
+  * the stores and the policy checkpoints, gzipped (mtime 0, so an unchanged store is an unchanged
+    file) into bench/results/<device>/grid_search/ under the names grid_search.sh reads;
+  * cuBLASLt autotune's choices and the grid nn compare's resumable rows beside them.
+Grid nt's and the model set's compare files are named by run (registry_v2/...); copy those by hand.
+Afterwards: `cudal2 registry verify --render`, the entry counts in tests/test_shipped_registry.py
+and README, `bench/registry_v2_table.py`. Each step was done by hand before (runs 59-72); this is
+those steps in one place, so a merge under a session's clock does not miss one.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import shutil
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
+from cudal2.registry.index import Registry  # noqa: E402
+
+# run/<name> -> the committed file it becomes (gzipped); grid_search.sh's recipe reads these names.
+STORES = {"grid.db": "grid_store.db.gz", "grid_nn2.db": "grid_nn2_store.db.gz",
+          "grid_nn_leads.db": "grid_nn_leads_store.db.gz", "models_decode.db": "models_decode_store.db.gz",
+          "compare/compare_grid.rows.jsonl": "compare_grid.rows.jsonl.gz"}
+CHECKPOINTS = {"grid.db.ckpt": "grid_policy_ckpt.tgz", "grid_nn2.db.ckpt": "grid_nn2_policy_ckpt.tgz"}
+PLAIN = ["compare/compare_grid.runs.json"]          # plus run/lt-autotune-*.json
+
+
+def gzip_to(src: Path, dest: Path) -> None:
+    with open(src, "rb") as f, open(dest, "wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as out:
+        shutil.copyfileobj(f, out, 1 << 20)
+
+
+def same_gz(src: Path, gz: Path) -> bool:
+    """Whether the committed gzip already holds src's bytes (then it is left as it is)."""
+    if not gz.is_file():
+        return False
+    with gzip.open(gz, "rb") as f:
+        return f.read() == src.read_bytes()
+
+
+def same_ckpt(run_parent: Path, name: str, tgz: Path) -> bool:
+    """Whether the committed archive holds exactly the checkpoint directory's files."""
+    if not tgz.is_file():
+        return False
+    ckpt = run_parent / "run" / name
+    files = {f"run/{name}/{f.relative_to(ckpt).as_posix()}": f for f in ckpt.rglob("*") if f.is_file()}
+    with tarfile.open(tgz) as tar:
+        members = {m.name: m for m in tar.getmembers() if m.isfile()}
+        return members.keys() == files.keys() and all(
+            tar.extractfile(m).read() == files[n].read_bytes() for n, m in members.items())
+
+
+def tar_ckpt(run_parent: Path, name: str, dest: Path) -> None:
+    # the archive's member paths are run/<name>/..., as `tar xzf` in the repo root expects
+    with tarfile.open(dest, "w:gz") as tar:
+        tar.add(run_parent / "run" / name, arcname=f"run/{name}")
+
+
+def sync_sources(reg: Registry, device: str, dry: bool, root: Path = REPO) -> list[str]:
+    """kernels_<backend>/generated/<device>/ := the files the pack's entries of `device` name."""
+    log = []
+    named: dict[Path, Path] = {}
+    for e in reg.all(device):
+        if e.source:                    # cuBLAS entries name no source
+            reg.read_source(e)          # refuses a source whose hash is not the entry's
+            named[root / e.source] = reg.source_path(e)
+    dirs = {root / f"kernels_{b}" / "generated" / device for b in ("cuda", "triton")}
+    for d in sorted(dirs):
+        for f in sorted(d.glob("*")) if d.is_dir() else []:
+            if f.is_file() and f not in named:
+                log.append(f"remove {f.relative_to(root)}")
+                if not dry:
+                    f.unlink()
+    for dest, src in sorted(named.items()):
+        if not dest.exists() or dest.read_bytes() != src.read_bytes():
+            log.append(f"{'update' if dest.exists() else 'add'} {dest.relative_to(root)}")
+            if not dry:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dest)
+    return log
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("pack", type=Path, help="run.tgz from a device call")
+    ap.add_argument("--device", default="h200-sm90", help="the card's results folder (bench/results/<device>)")
+    ap.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
+    ap.add_argument("--root", type=Path, default=REPO, help="the repo to write into (default: this one)")
+    args = ap.parse_args(argv)
+    root = args.root
+    if not args.pack.is_file():
+        ap.error(f"{args.pack} is not a file")
+    out_dir = root / "bench" / "results" / args.device / "grid_search"
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        with tarfile.open(args.pack) as tar:
+            tar.extractall(tmp, filter="data")
+        run = tmp / "run"
+        if not (run / "registry" / "index.json").is_file():
+            print(f"{args.pack} holds no run/registry/index.json: not a grid_search.sh pack", file=sys.stderr)
+            return 2
+        reg = Registry.load(run / "registry")
+        if reg.bad:
+            print(f"the pack's registry refuses {len(reg.bad)} entries: {reg.bad[:3]}", file=sys.stderr)
+            return 2
+        log = []
+        for device in sorted(reg.entries):
+            log += sync_sources(reg, device, args.dry_run, root)
+        index = root / "src" / "cudal2" / "registry" / "index.json"
+        text = reg.to_json()
+        if not index.is_file() or index.read_text() != text:
+            log.append(f"update {index.relative_to(root)} ({sum(len(v) for v in reg.entries.values())} entries)")
+            if not args.dry_run:
+                index.parent.mkdir(parents=True, exist_ok=True)
+                index.write_text(text)
+        if not args.dry_run:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        for name, dest in STORES.items():
+            if (run / name).is_file() and not same_gz(run / name, out_dir / dest):
+                log.append(f"store run/{name} -> {(out_dir / dest).relative_to(root)}")
+                if not args.dry_run:
+                    gzip_to(run / name, out_dir / dest)
+        for name, dest in CHECKPOINTS.items():
+            if (run / name).is_dir() and not same_ckpt(tmp, name, out_dir / dest):
+                log.append(f"checkpoint run/{name} -> {(out_dir / dest).relative_to(root)}")
+                if not args.dry_run:
+                    tar_ckpt(tmp, name, out_dir / dest)
+        for src in [run / p for p in PLAIN] + sorted(run.glob("lt-autotune-*.json")):
+            if src.is_file() and not ((out_dir / src.name).is_file()
+                                      and (out_dir / src.name).read_bytes() == src.read_bytes()):
+                log.append(f"copy {src.relative_to(tmp)} -> {(out_dir / src.name).relative_to(root)}")
+                if not args.dry_run:
+                    shutil.copyfile(src, out_dir / src.name)
+    print("\n".join(log) if log else "nothing to change", flush=True)
+    print("next: cudal2 registry verify --render; the counts in tests/test_shipped_registry.py and README;"
+          " grid nt / model-set compare files by run under registry_v2/", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

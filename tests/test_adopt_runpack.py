@@ -1,0 +1,100 @@
+"""bench/adopt_runpack.py: a device call's run pack becomes the committed registry and stores."""
+import gzip
+import json
+import sqlite3
+import tarfile
+
+import pytest
+
+from bench_import import load_bench
+from cudal2.registry.index import Registry
+
+adopt = load_bench("adopt_runpack")
+
+
+def _pack(tmp_path, keep_keys, store_rows):
+    """A pack as grid_search.sh leaves it: run/registry (a few shipped entries), run/grid.db."""
+    run = tmp_path / "pack" / "run"
+    Registry.load().export(run / "registry")
+    reg = Registry.load(run / "registry")
+    for dev in reg.entries:
+        reg.entries[dev] = {p: e for p, e in reg.entries[dev].items() if f"{dev}/{p}" in keep_keys}
+    (run / "registry" / "index.json").write_text(reg.to_json())
+    db = sqlite3.connect(run / "grid.db")
+    db.execute("CREATE TABLE t (x INTEGER)")
+    db.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(store_rows)])
+    db.commit()
+    db.close()
+    (run / "grid.db.ckpt").mkdir()
+    (run / "grid.db.ckpt" / "policy.pt").write_bytes(b"weights %d" % store_rows)
+    path = tmp_path / f"run{store_rows}.tgz"
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(run, arcname="run")
+    return path
+
+
+def _three_keys():
+    """One entry of each backend from the shipped registry (device/problem)."""
+    picked = {}
+    for e in Registry.load().all():
+        picked.setdefault(e.backend, f"{e.device}/{e.problem}")
+    assert {"cuda", "triton", "cublas"} <= picked.keys()
+    return [picked["cuda"], picked["triton"], picked["cublas"]]
+
+
+def test_adopt_writes_registry_sources_and_stores_then_nothing(tmp_path, capsys):
+    keys = _three_keys()
+    root = tmp_path / "repo"
+    stale = root / "kernels_cuda" / "generated" / "h200-sm90" / "0000stale.cu"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("// a source no entry names any more\n")
+    pack = _pack(tmp_path, set(keys), store_rows=5)
+
+    assert adopt.main([str(pack), "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "remove kernels_cuda/generated/h200-sm90/0000stale.cu" in out
+    assert not stale.exists()
+    index = json.loads((root / "src/cudal2/registry/index.json").read_text())
+    filed = {f"{d}/{p}" for d, s in index["devices"].items() for p in s["entries"]}
+    assert filed == set(keys)
+    # every source an entry names is there, byte for byte the shipped one (hash-checked on load)
+    shipped = Registry.load()
+    for e in Registry.load(tmp_path / "pack" / "run" / "registry").all():
+        if e.source:
+            assert (root / e.source).read_text() == shipped.read_source(e)
+    assert len([f for f in (root / "kernels_cuda").rglob("*") if f.is_file()]) == 1
+    assert len([f for f in (root / "kernels_triton").rglob("*") if f.is_file()]) == 1
+    g = root / "bench/results/h200-sm90/grid_search"
+    with gzip.open(g / "grid_store.db.gz") as f:
+        assert f.read() == (tmp_path / "pack/run/grid.db").read_bytes()
+    with tarfile.open(g / "grid_policy_ckpt.tgz") as tar:
+        assert tar.extractfile("run/grid.db.ckpt/policy.pt").read() == b"weights 5"
+
+    # the same pack again: every file already holds its bytes
+    assert adopt.main([str(pack), "--root", str(root)]) == 0
+    assert capsys.readouterr().out.strip() == "nothing to change"
+
+
+def test_adopt_dry_run_writes_nothing_and_a_new_store_is_noticed(tmp_path, capsys):
+    keys = _three_keys()
+    root = tmp_path / "repo"
+    assert adopt.main([str(_pack(tmp_path, set(keys), 5)), "--root", str(root)]) == 0
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    newer = _pack(tmp_path / "b", set(keys[:1]), 7)
+    assert adopt.main([str(newer), "--root", str(root), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "store run/grid.db" in out and "checkpoint run/grid.db.ckpt" in out
+    assert "remove kernels_triton/" in out and "update src/cudal2/registry/index.json (1 entries)" in out
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_adopt_refuses_what_is_not_a_pack(tmp_path, capsys):
+    bogus = tmp_path / "x.tgz"
+    with tarfile.open(bogus, "w:gz") as tar:
+        (tmp_path / "f").write_text("x")
+        tar.add(tmp_path / "f", arcname="run/f")
+    assert adopt.main([str(bogus), "--root", str(tmp_path / "repo")]) == 2
+    assert "not a grid_search.sh pack" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        adopt.main([str(tmp_path / "missing.tgz")])
