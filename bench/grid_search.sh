@@ -35,7 +35,9 @@
 # To go on from the committed state (2026-12-05: grid nn all 1000 searched and compared;
 # the model set all 224 searched with cost:4, its 80 shapes with M <= 16 again with the stream
 # rule's seeds, its 96 with M <= 32 again with the trimmed wgmma lead (models-decode, run 68),
-# compared (run 68); grid nt all 1000 searched with cost:4 and compared (runs 66-67)) in a new session: a call that carries no pack builds run/ this way on the card
+# compared (run 68); grid nt all 1000 searched with cost:4 and compared (runs 66-67); grid nn's
+# leads pass 215 of 1000 (run 73), its re-filed rows not compared yet) in a new session: a call
+# that carries no pack builds run/ this way on the card
 # (below); by hand here, then `bash bench/grid_search.sh pack`:
 #   G=bench/results/h200-sm90/grid_search; mkdir -p run/compare run/compare_nt
 #   gunzip -c $G/grid_store.db.gz >run/grid.db
@@ -47,9 +49,9 @@
 #     >run/compare_nt/compare_grid.rows.jsonl       # grid nt's (grid_baselines.py --layout nt --out run/compare_nt)
 #   cp $G/compare_grid.runs.json run/compare/; cp bench/results/h200-sm90/registry_v2/grid_nt/run72_gridnt_compare.runs.json run/compare_nt/compare_grid.runs.json
 #   gunzip -c $G/grid_nn2_store.db.gz >run/grid_nn2.db; tar xzf $G/grid_nn2_policy_ckpt.tgz   # once grid-nn2 ran
-# Commit a call's state the other way round: gzip -c run/grid.db >$G/grid_store.db.gz, tar czf
-# $G/grid_policy_ckpt.tgz run/grid.db.ckpt (and the same for run/grid_nn2.db*), the autotune json,
-# run/registry/index.json -> src/cudal2/registry/index.json and its new kernel sources (cp -n).
+# Commit a call's state the other way round: `python3 bench/adopt_runpack.py <files_at>/run.tgz`
+# (the registry index and its sources, the stores, the checkpoints, the autotune json, grid nn's
+# compare rows; grid nt's and the model set's compare files by hand, named by run).
 # The search's settings are the ones on the command line below; NOTES.md says why each.
 set -uo pipefail
 if [ "${1:-}" = pack ]; then       # CPU side: no device_env, no store checkpoint, nothing else

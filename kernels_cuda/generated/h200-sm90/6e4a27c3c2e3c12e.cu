@@ -1,11 +1,11 @@
-// cudal2 backend=cuda family=mma bm=16 bn=32 bk=32 warps=2 stages=3 group_m=8 split_k=16 subtile=1 warp_spec=0 cluster=1 layout=nn
+// cudal2 backend=cuda family=mma bm=16 bn=32 bk=32 warps=2 stages=4 group_m=8 split_k=1 subtile=1 warp_spec=0 cluster=1 layout=nn
 #define BM 16
 #define BN 32
 #define BK 32
 #define WARPS 2
-#define STAGES 3
+#define STAGES 4
 #define GROUP_M 8
-#define SPLIT_K 16
+#define SPLIT_K 1
 #define CLUSTER 1
 #define LAYOUT_NT 0
 #define WM 1

@@ -141,7 +141,7 @@ def reference(a: torch.Tensor, b: torch.Tensor, layout: str) -> torch.Tensor:
     return a.float() @ bb
 
 # ---- cudal2: the spec this text was rendered for ----
-SPEC = 'backend=triton family=tiled bm=128 bn=64 bk=32 warps=4 stages=3 group_m=4 split_k=1 subtile=1 warp_spec=0 cluster=1'
+SPEC = 'backend=triton family=tiled bm=64 bn=64 bk=64 warps=4 stages=4 group_m=16 split_k=1 subtile=1 warp_spec=0 cluster=1'
 LAYOUT = 'nn'
-CONSTEXPRS = {'BM': 128, 'BN': 64, 'BK': 32, 'GROUP_M': 4, 'SPLIT_K': 1}
-OPTIONS = {'num_warps': 4, 'num_stages': 3, 'enable_fp_fusion': True}
+CONSTEXPRS = {'BM': 64, 'BN': 64, 'BK': 64, 'GROUP_M': 16, 'SPLIT_K': 1}
+OPTIONS = {'num_warps': 4, 'num_stages': 4, 'enable_fp_fusion': True}

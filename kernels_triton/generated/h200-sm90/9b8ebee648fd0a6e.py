@@ -141,7 +141,7 @@ def reference(a: torch.Tensor, b: torch.Tensor, layout: str) -> torch.Tensor:
     return a.float() @ bb
 
 # ---- cudal2: the spec this text was rendered for ----
-SPEC = 'backend=triton family=tiled bm=16 bn=64 bk=64 warps=4 stages=4 group_m=1 split_k=1 subtile=1 warp_spec=0 cluster=1'
+SPEC = 'backend=triton family=tiled bm=32 bn=16 bk=64 warps=2 stages=6 group_m=16 split_k=1 subtile=1 warp_spec=0 cluster=1'
 LAYOUT = 'nn'
-CONSTEXPRS = {'BM': 16, 'BN': 64, 'BK': 64, 'GROUP_M': 1, 'SPLIT_K': 1}
-OPTIONS = {'num_warps': 4, 'num_stages': 4, 'enable_fp_fusion': True}
+CONSTEXPRS = {'BM': 32, 'BN': 16, 'BK': 64, 'GROUP_M': 16, 'SPLIT_K': 1}
+OPTIONS = {'num_warps': 2, 'num_stages': 6, 'enable_fp_fusion': True}

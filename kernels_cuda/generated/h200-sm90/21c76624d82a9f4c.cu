@@ -1,15 +1,15 @@
-// cudal2 backend=cuda family=mma bm=32 bn=64 bk=64 warps=8 stages=4 group_m=8 split_k=1 subtile=1 warp_spec=0 cluster=1 layout=nn
+// cudal2 backend=cuda family=mma bm=32 bn=32 bk=64 warps=4 stages=3 group_m=8 split_k=1 subtile=1 warp_spec=0 cluster=1 layout=nn
 #define BM 32
-#define BN 64
+#define BN 32
 #define BK 64
-#define WARPS 8
-#define STAGES 4
+#define WARPS 4
+#define STAGES 3
 #define GROUP_M 8
 #define SPLIT_K 1
 #define CLUSTER 1
 #define LAYOUT_NT 0
 #define WM 2
-#define WN 4
+#define WN 2
 // cudal2 CUDA kernels: shared header-free helpers (NVRTC compiles these without any CUDA header,
 // so the CPU-only CI machine needs nothing but the nvrtc wheel).
 #pragma once
