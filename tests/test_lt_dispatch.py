@@ -94,6 +94,26 @@ def test_attach_lt_cli_updates_cublas_entries_only(tmp_path):
     assert r.exit_code == 1 and "not an autotune cache" in r.output
 
 
+def test_attach_lt_skips_entries_whose_dispatch_cannot_run_autotune(tmp_path):
+    """A dispatch record that qualifies only torch.matmul never runs the stored algorithm: no
+    attach (it would only churn the index); one that qualifies autotune's call gets it."""
+    root = tmp_path / "reg"
+    reg = Registry.load(root, create=True)
+    rec = {"target": "torch", "why": "no call beat torch.matmul", "qualified": ["torch"]}
+    reg.add(Entry(problem="64x64x64:nn", device=DEV, backend="cublas", time_us=2.0, best_cublas_us=2.0,
+                  baselines_us={"torch": 2.0, "cublaslt-autotune": 2.02}, dispatch=rec), None)
+    rec2 = {"target": "cublaslt-autotune", "why": "1.2x in 2 of 2", "qualified": ["cublaslt-autotune", "torch"]}
+    reg.add(Entry(problem="128x64x64:nn", device=DEV, backend="cublas", time_us=1.5, best_cublas_us=1.5,
+                  baselines_us={"torch": 1.8, "cublaslt-autotune": 1.5}, dispatch=rec2), None)
+    cache = write_cache(tmp_path, {f"64x64x64:nn|cublasLt{V}": WORDS, f"128x64x64:nn|cublasLt{V}": WORDS})
+    r = CliRunner().invoke(app, ["registry", "attach-lt", str(cache), "--registry", str(root)])
+    assert r.exit_code == 0 and "1 cublas entries updated" in r.output, r.output
+    got = {e.problem: e.lt_algo for e in Registry.load(root).all(DEV)}
+    assert got == {"64x64x64:nn": None, "128x64x64:nn": {"data": WORDS, "cublasLt": V}}
+    assert lt_dispatch.choose(Registry.load(root).lookup(Problem.parse("128x64x64:nn"), DEV), V)[:2] == \
+        ("cublaslt-autotune", WORDS)
+
+
 class _LtStandIn:
     def __init__(self, problem, words):
         self.problem, self.words = problem, words
