@@ -45,7 +45,7 @@ def choose(entry, version: int | None) -> tuple[str, list[int] | None, str]:
     torch.matmul by the margin in every recorded timing - that can run with cuBLASLt `version`
     (None: no cuBLASLt here); else torch.matmul. An entry filed before dispatch records existed
     gets the same rule over its one recorded timing (`legacy_choice`)."""
-    from .registry import legacy_choice
+    from .registry import legacy_choice, qualified_calls
     algo = entry.lt_algo or {}
     blocked = {}
     if version is None:
@@ -55,8 +55,7 @@ def choose(entry, version: int | None) -> tuple[str, list[int] | None, str]:
     elif algo.get("cublasLt") != version:
         blocked["cublaslt-autotune"] = f"autotune's algorithm is for cuBLASLt {algo.get('cublasLt')}, not {version}"
     rec = entry.dispatch if entry.dispatch is not None else legacy_choice(entry.baselines_us, blocked)
-    qualified = rec.get("qualified") or [rec["target"]]
-    best = next((t for t in qualified if t not in blocked and t in TARGETS), "torch")
+    best = next((t for t in qualified_calls(rec) if t not in blocked and t in TARGETS), "torch")
     why = rec.get("why", "")
     if best != rec["target"]:
         why = f"{best}, as {rec['target']} cannot run here ({blocked.get(rec['target'], '?')}); filed: {why}"

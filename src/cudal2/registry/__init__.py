@@ -14,7 +14,8 @@ from __future__ import annotations
 from .entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, check_margin, sha256_text
 from .index import (ENV, Registry, VerifyResult, check_render, default_root, log_distance, shipped_root,
                     target_for_key)
-from .evidence import CUBLAS_MARGIN, DISPATCH_TARGETS, cublas_choice, legacy_choice, scope_problems
+from .evidence import (CUBLAS_MARGIN, DISPATCH_TARGETS, cublas_choice, legacy_choice, qualified_calls,
+                       scope_problems)
 from .record import lost_cold, record_cublas, record_scope, record_winner
 from .timings import add_timings, call_guard, call_timings, compare_timings, server_guard, server_timings
 

@@ -88,6 +88,11 @@ def cublas_choice(repeats: list[dict], margin: float = CUBLAS_MARGIN, min_repeat
             "spread": {k: round(v, 5) for k, v in spread.items()}, "qualified": runnable + ["torch"]}
 
 
+def qualified_calls(rec: dict) -> list[str]:
+    """The calls a dispatch record lets run, best first (a record without the list: its target)."""
+    return rec.get("qualified") or [rec["target"]]
+
+
 def legacy_choice(baselines_us: dict, blocked: dict | None = None) -> dict:
     """The rule for an entry filed before dispatch records existed: its one recorded timing, the
     same margin, one repeat (what was measured is all there is)."""

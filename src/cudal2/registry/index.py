@@ -373,14 +373,13 @@ class Registry:
         """Attach cuBLASLt autotune's algorithms ({problem text: lt_algo}) to this device's cublas
         entries, in one index write; returns how many entries changed. An entry whose dispatch
         record does not qualify cuBLASLt autotune's call never runs the algorithm (dispatch reads the
-        record first: lt_dispatch.choose), so it is left alone: attaching one there only changed the
-        index and made the compares' rows of those shapes stale (22 such in run 73's pack)."""
+        record first: lt_dispatch.choose), so it is left alone: attaching one there changed only the
+        index's text, not what runs (22 such in run 73's pack)."""
         def attach(e: Entry) -> bool:
             a = algos.get(e.problem)
             if e.backend != "cublas" or a is None or e.lt_algo == a:
                 return False
-            if e.dispatch is not None and "cublaslt-autotune" not in (
-                    e.dispatch.get("qualified") or [e.dispatch.get("target")]):
+            if e.dispatch is not None and "cublaslt-autotune" not in evidence.qualified_calls(e.dispatch):
                 return False
             e.lt_algo = a
             return True
