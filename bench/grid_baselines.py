@@ -36,6 +36,17 @@ def latest_rows(rows: list[dict]) -> list[dict]:
     return [r for i, r in enumerate(rows) if last[(r["shape"], r["layout"])] == i]
 
 
+def first_then_rest(problems: list, first_file: str) -> list:
+    """`problems` with the ones FIRST_FILE names moved to the front in the file's order (shapes the
+    file names off this list are ignored: a leads store may hold the other layout's shapes)."""
+    from cudal2.problems import read_shape_file
+    layout = problems[0].layout if problems else "nn"
+    by_text = {p.text: p for p in problems}
+    front = list(dict.fromkeys(p.text for p in read_shape_file(first_file, layout) if p.text in by_text))
+    seen = set(front)
+    return [by_text[t] for t in front] + [p for p in problems if p.text not in seen]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layout", default="nn", choices=("nn", "nt"))
@@ -44,6 +55,10 @@ def main(argv=None) -> int:
     ap.add_argument("--stride", type=int, default=1,
                     help="visit grid index i*STRIDE mod 1000 (STRIDE coprime to 1000, e.g. 7): any prefix of a "
                          "time-limited run then spreads over the whole grid instead of the smallest M")
+    ap.add_argument("--first", default=None, metavar="FILE",
+                    help="a shapes file (cudal2 problems' format) whose grid shapes are visited first, in its "
+                         "order, the rest after in --stride order: a time-limited re-compare then times what "
+                         "a search just re-filed before the rows a guard moved")
     ap.add_argument("--time-limit", type=float, default=540.0, help="stop before this many seconds")
     ap.add_argument("--out", default=None, help="results folder (default bench/results/<device key>)")
     ap.add_argument("--min-ms", type=float, default=15.0)
@@ -91,6 +106,9 @@ def main(argv=None) -> int:
     if math.gcd(args.stride, len(problems)) != 1:
         raise SystemExit(f"error: --stride {args.stride} must be coprime to {len(problems)}")
     problems = [problems[(i * args.stride) % len(problems)] for i in range(len(problems))]
+    spread = problems             # the files' row order, whatever order the shapes are timed in
+    if args.first:
+        problems = first_then_rest(problems, args.first)
     chunk = problems[args.start: None if args.count is None else args.start + args.count]
     todo = [p for p in chunk if (p.shape, p.layout) not in have]
     kernel_for = None
@@ -151,7 +169,7 @@ def main(argv=None) -> int:
                      "wall_s": round(wall, 1),
                      "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
         runs_path.write_text(json.dumps(runs, indent=1))
-    order = {(p.shape, p.layout): i for i, p in enumerate(problems)}
+    order = {(p.shape, p.layout): i for i, p in enumerate(spread)}
     rows.sort(key=lambda r: order.get((r["shape"], r["layout"]), len(order)))
     complete = all((p.shape, p.layout) in {(r["shape"], r["layout"]) for r in rows} for p in problems)
     vers = versions() if gpu else json.loads(old_json.read_text()).get("versions", {}) if old_json.exists() else {}

@@ -183,10 +183,17 @@ case "$stage" in
     # --retime-stale: the rows whose entry dispatches something else now (a re-search, a guard,
     # add-timings since they were timed) are timed again, the rest kept: a current compare of the
     # whole set for the price of what changed.
-    cl=nn; cdir=run/compare
+    # nn: the shapes the leads pass finished come first, in its order (what it re-filed is what moved;
+    # a call that ends part-way has timed those), then the rest of the stale rows in stride order.
+    cl=nn; cdir=run/compare; first=()
     [ "${SET:-grid-nn}" = grid-nt ] && { cl=nt; cdir=run/compare_nt; }
+    if [ "$cl" = nn ] && [ -f run/grid_nn_leads.db ]; then
+      python3 -c 'import sqlite3, sys
+for (p,) in sqlite3.connect(sys.argv[1]).execute("SELECT problem FROM shapes ORDER BY id"): print(p)' \
+        run/grid_nn_leads.db >run/compare_first.txt && first=(--first run/compare_first.txt)
+    fi
     timeout $((${limit%.*} + 60)) python3 bench/grid_baselines.py --layout "$cl" --registry run/registry \
-      --searched-only --retime-stale --stride 7 --out "$cdir" --time-limit "$limit" 2>&1 | tail -20
+      --searched-only --retime-stale --stride 7 "${first[@]}" --out "$cdir" --time-limit "$limit" 2>&1 | tail -20
     cp "$cdir"/compare_grid.csv "$cdir"/compare_grid.json "$OUT/" 2>/dev/null ;;
   calibrate)
     timeout $((${limit%.*} + 60)) python3 bench/screen_calibration.py --store run/grid.db --shapes 24 \

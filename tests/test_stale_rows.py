@@ -85,6 +85,16 @@ def test_grid_baselines_keeps_the_last_row_and_the_first_run_counts():
     assert first_run_ts([]) is None and first_run_ts(None) is None
 
 
+def test_first_then_rest_puts_the_named_grid_shapes_in_front(tmp_path):
+    gb = load_bench("grid_baselines")
+    problems = [Problem.parse(t, None) for t in ("64x64x64:nn", "128x64x64:nn", "64x128x64:nn", "64x64x128:nn")]
+    first = tmp_path / "first.txt"
+    # comments, a repeat, an nt shape and an off-grid shape: only this list's shapes count, once each
+    first.write_text("# searched\n64x64x128\n64x128x64:nn\n64x64x128\n64x64x64:nt\n17x17x17\n")
+    assert [p.text for p in gb.first_then_rest(problems, str(first))] == [
+        "64x64x128:nn", "64x128x64:nn", "64x64x64:nn", "128x64x64:nn"]
+
+
 def test_retime_stale_needs_a_registry(capsys):
     gb = load_bench("grid_baselines")
     with pytest.raises(SystemExit):
