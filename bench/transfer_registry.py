@@ -1,87 +1,76 @@
-"""One card's kernel entries as another card's registry, for timing them there (no filing).
+"""Another card's kernels timed and filed on this card (cudal2.registry.transfer has the rule).
 
-  python3 bench/transfer_registry.py --registry SRC --from h200-sm90 [--to KEY] --out DIR
+  python3 bench/transfer_registry.py build --registry SRC --from h200-sm90 [--to KEY] --out DIR
+  cudal2 compare --shapes DIR/shapes.txt --registry DIR --mode both --json F [--resume]   # on the card
+  python3 bench/transfer_registry.py file F --from h200-sm90 [--src SRC] [--registry REG]
+                                      [--margin 1.01] [--guard 0.97] [--dry-run]
 
-Writes DIR, a registry whose device KEY (default: this machine's card) holds SRC's `--from`
-kernel entries (CUDA and Triton) with their sources, and DIR/shapes.txt listing their problems
-(layouts interleaved, each in a fixed shuffle, so a time-limited compare spreads over both). `cudal2 compare --shapes
-DIR/shapes.txt --registry DIR` then builds, checks and times each H200-chosen kernel on this card
-beside the five baselines: whether the search's choices on one Hopper card carry over to another.
-
-Left out on purpose: cuBLAS entries (their cuBLASLt algorithm and the repeated timings that chose
-the call are the source card's) and kernel entries' `scope` (the off-grid box was measured on the
-source card). The entries keep the source card's times: they are the claim being tested, never
-this card's evidence, so DIR is a measuring tool and not a registry to ship.
+build: SRC's `--from` kernel entries as a registry of KEY (default: this machine's card) in the new
+directory DIR, and DIR/shapes.txt. file: from the compare F (run on the target card), a kernel
+entry for that card wherever the kernel won by the margin offline and held the guard against
+torch.matmul in server mode; SRC and REG default to the shipped registry. Prints each shape's
+verdict; `--dry-run` files nothing.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import random
+import json
 import sys
-from itertools import zip_longest
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 
-def transfer(src: str, from_key: str, to_key: str, dest: str | Path) -> list:
-    """The kernel entries of `from_key` in registry `src`, filed under `to_key` in a new registry
-    at `dest` (sources copied after their hash is checked); returns the new entries."""
-    from cudal2.registry import Registry, RegistryError
-    reg = Registry.load(src)
-    if from_key == to_key:
-        raise SystemExit(f"error: --from and --to are both {from_key}: nothing to transfer")
-    kernels = [e for e in reg.all(from_key) if e.backend != "cublas"]
-    if not kernels:
-        have = ", ".join(sorted(reg.entries)) or "none"
-        raise SystemExit(f"error: registry {src} has no kernel entries for {from_key} (devices: {have})")
-    dest = Path(dest)
-    if (dest / "index.json").exists():
-        raise SystemExit(f"error: {dest} already holds a registry; give a new directory")
-    out = Registry(dest)
-    moved = []
-    for e in kernels:
-        text = reg.read_source(e)           # refuses an edited source rather than timing it
-        t = dataclasses.replace(e, device=to_key, scope=None)
-        try:
-            t.validate()
-        except RegistryError as err:
-            raise SystemExit(f"error: {e.key} cannot be filed as {to_key}: {err}") from None
-        path = out.source_path(t)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        out.entries.setdefault(to_key, {})[t.problem] = t
-        moved.append(t)
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "index.json").write_text(out.to_json())
-    by_layout: dict[str, list[str]] = {}
-    for t in moved:
-        by_layout.setdefault(t.problem.rsplit(":", 1)[1], []).append(t.problem)
-    for group in by_layout.values():        # a fixed shuffle: any prefix spreads over the sizes
-        random.Random(0).shuffle(group)
-    order = [p for group in zip_longest(*by_layout.values()) for p in group if p]
-    (dest / "shapes.txt").write_text(
-        f"# {len(order)} kernel entries of {from_key} in {src}, filed as {to_key} (layouts interleaved, each in a fixed shuffle)\n"
-        + "\n".join(order) + "\n")
-    return moved
-
-
 def main(argv=None) -> int:
+    from cudal2.registry import RegistryError, shipped_root
+    from cudal2.registry import transfer
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--registry", required=True, help="the source registry (a directory or its index.json)")
-    ap.add_argument("--from", dest="from_key", required=True, help="the source card's key, e.g. h200-sm90")
-    ap.add_argument("--to", dest="to_key", default=None, help="the target card's key (default: this machine's card)")
-    ap.add_argument("--out", required=True, help="a new directory for the transferred registry")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="the source card's kernel entries as the target card's registry, to time")
+    b.add_argument("--registry", required=True, help="the source registry (a directory or its index.json)")
+    b.add_argument("--from", dest="from_key", required=True, help="the source card's key, e.g. h200-sm90")
+    b.add_argument("--to", dest="to_key", default=None, help="the target card's key (default: this machine's card)")
+    b.add_argument("--out", required=True, help="a new directory for the transferred registry")
+    f = sub.add_parser("file", help="file the kernels a compare on the target card shows winning")
+    f.add_argument("compare", help="the `cudal2 compare --json` file of the build's shapes, --mode both")
+    f.add_argument("--from", dest="from_key", required=True, help="the source card's key, e.g. h200-sm90")
+    f.add_argument("--src", default=None, help="the source registry (default: the shipped one)")
+    f.add_argument("--registry", default=None, help="the registry to file into (default: the shipped one)")
+    f.add_argument("--margin", type=float, default=1.01, help="offline win over best-cublas a kernel needs")
+    f.add_argument("--guard", type=float, default=0.97, help="server-mode ratio to torch.matmul a kernel needs")
+    f.add_argument("--dry-run", action="store_true", help="print the verdicts, file nothing")
     args = ap.parse_args(argv)
-    to_key = args.to_key
-    if to_key is None:
-        from cudal2.device import current
-        to_key = current().key
-    moved = transfer(args.registry, args.from_key, to_key, args.out)
-    print(f"{len(moved)} kernel entries of {args.from_key} filed as {to_key} in {args.out} "
-          f"(shapes: {args.out}/shapes.txt)")
+    try:
+        if args.cmd == "build":
+            to_key = args.to_key
+            if to_key is None:
+                from cudal2.device import current
+                to_key = current().key
+            moved = transfer.for_timing(args.registry, args.from_key, to_key, args.out)
+            print(f"{len(moved)} kernel entries of {args.from_key} filed as {to_key} in {args.out} "
+                  f"(shapes: {args.out}/shapes.txt)")
+            return 0
+        doc = json.loads(Path(args.compare).read_text())
+        src = args.src or str(shipped_root())
+        if args.dry_run:
+            import tempfile
+            with tempfile.TemporaryDirectory() as tmp:
+                filed, skipped = transfer.file_winners(tmp, src, args.from_key, doc, args.margin, args.guard)
+        else:
+            filed, skipped = transfer.file_winners(args.registry or str(shipped_root()), src, args.from_key, doc,
+                                                   args.margin, args.guard)
+    except (RegistryError, OSError, json.JSONDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for e in filed:
+        print(f"file {e.key}: {e.speedup():.3f}x best-cublas, server {e.times['server_vs_torch']:.3f}x torch.matmul")
+    for p, why in sorted(skipped.items()):
+        print(f"skip {p}: {why}")
+    kinds = Counter(w.split(",")[0].split(" ")[0] for w in skipped.values())
+    print(f"{'would file' if args.dry_run else 'filed'} {len(filed)}, skipped {len(skipped)} "
+          f"({', '.join(f'{n} {k}' for k, n in kinds.most_common())})")
     return 0
 
 

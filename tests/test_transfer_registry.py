@@ -1,16 +1,19 @@
-"""bench/transfer_registry.py: one card's kernel entries as another card's registry, to time there."""
+"""cudal2.registry.transfer and bench/transfer_registry.py: another card's kernels timed and filed here."""
+import json
+
 import pytest
 
 from bench_import import load_bench
 from cudal2.problems import Problem
-from cudal2.registry.index import Registry
+from cudal2.registry import Registry, RegistryError
+from cudal2.registry import transfer
 
 xfer = load_bench("transfer_registry")
+NAMES = ["torch", "cublas-nn", "cublaslt-heuristic", "cublaslt-autotune"]
 
 
 def _source(tmp_path, n_each=3):
-    """An exported slice of the shipped registry: n_each entries of each backend and layout, one
-    kernel entry given a scope-less copy so both kinds are present."""
+    """An exported slice of the shipped registry: n_each entries of each backend and layout."""
     src = tmp_path / "src"
     Registry.load().export(src)
     reg = Registry.load(src)
@@ -25,17 +28,19 @@ def _source(tmp_path, n_each=3):
     return src, keep
 
 
-def test_kernel_entries_move_to_the_target_card_with_their_sources(tmp_path):
+def test_build_moves_kernel_entries_to_the_target_card_with_their_sources(tmp_path):
     src, keep = _source(tmp_path)
     out = tmp_path / "xfer"
-    assert xfer.main(["--registry", str(src), "--from", "h200-sm90", "--to", "h100-sm90", "--out", str(out)]) == 0
+    assert xfer.main(["build", "--registry", str(src), "--from", "h200-sm90", "--to", "h100-sm90",
+                      "--out", str(out)]) == 0
     got = Registry.load(out)                      # loads cleanly: every entry valid, none refused
     assert got.bad == [] and set(got.entries) == {"h100-sm90"}
     kernels = {p: e for p, e in keep.items() if e.backend != "cublas"}
     assert set(got.entries["h100-sm90"]) == set(kernels)
     for p, e in got.entries["h100-sm90"].items():
         old = kernels[p]
-        assert (e.backend, e.spec, e.sha256, e.time_us) == (old.backend, old.spec, old.sha256, old.time_us)
+        assert (e.backend, e.spec, e.sha256, e.source, e.time_us) == (old.backend, old.spec, old.sha256,
+                                                                      old.source, old.time_us)
         assert e.scope is None
         assert got.read_source(e) == Registry.load(src).read_source(old)   # hash-checked copy
         assert got.lookup(Problem.parse(p), "h100-sm90") is e
@@ -46,12 +51,87 @@ def test_kernel_entries_move_to_the_target_card_with_their_sources(tmp_path):
     assert {s.rsplit(":", 1)[1] for s in shapes[:2]} == {"nn", "nt"}
 
 
-def test_refuses_same_card_no_kernels_and_an_existing_registry(tmp_path):
+def test_build_refuses_same_card_no_kernels_and_an_existing_registry(tmp_path):
     src, _ = _source(tmp_path, n_each=1)
-    with pytest.raises(SystemExit, match="both h200-sm90"):
-        xfer.transfer(str(src), "h200-sm90", "h200-sm90", tmp_path / "a")
-    with pytest.raises(SystemExit, match="no kernel entries for a100-sm80"):
-        xfer.transfer(str(src), "a100-sm80", "h100-sm90", tmp_path / "b")
-    xfer.transfer(str(src), "h200-sm90", "h100-sm90", tmp_path / "c")
-    with pytest.raises(SystemExit, match="already holds a registry"):
-        xfer.transfer(str(src), "h200-sm90", "h100-sm90", tmp_path / "c")
+    with pytest.raises(RegistryError, match="both h200-sm90"):
+        transfer.for_timing(str(src), "h200-sm90", "h200-sm90", tmp_path / "a")
+    with pytest.raises(RegistryError, match="no kernel entries for a100-sm80"):
+        transfer.for_timing(str(src), "a100-sm80", "h100-sm90", tmp_path / "b")
+    transfer.for_timing(str(src), "h200-sm90", "h100-sm90", tmp_path / "c")
+    with pytest.raises(RegistryError, match="already holds a registry"):
+        transfer.for_timing(str(src), "h200-sm90", "h100-sm90", tmp_path / "c")
+
+
+def _row(e, off=1.10, srv_torch=1.05, status="ok", spec=None):
+    """A compare row of entry e on the target card: the kernel at `off` x best-cublas offline and
+    `srv_torch` x torch.matmul in server mode (best-cublas 10 us, torch.matmul 10.2 us)."""
+    p = e.prob
+    r = {"shape": f"{p.M}x{p.N}x{p.K}", "M": p.M, "N": p.N, "K": p.K, "layout": p.layout,
+         "cudal2_via": "kernel", "cudal2_spec": e.spec if spec is None else spec, "status_cudal2": status,
+         "offline_best_cublas": "cublas-nn", "offline_best_cublas_us": 10.0,
+         "offline_cudal2_vs_best": off, "offline_cudal2_median_us": 10.0 / off, "offline_cudal2_n": 100,
+         "server_torch_mean_us": 12.0, "server_cudal2_mean_us": 12.0 / srv_torch}
+    r.update({f"offline_{n}_median_us": 10.0 + i * 0.2 for i, n in enumerate(["cublas-nn", "torch", "cublaslt-heuristic"])})
+    return r
+
+
+def test_file_winners_applies_margin_guard_spec_and_check(tmp_path):
+    src, keep = _source(tmp_path, n_each=3)
+    ks = [e for e in keep.values() if e.backend != "cublas"]
+    cub = next(e for e in keep.values() if e.backend == "cublas")
+    assert len(ks) >= 6
+    rows = [_row(ks[0]),                                   # files
+            _row(ks[1], off=1.005),                        # under the margin
+            _row(ks[2], srv_torch=0.95),                   # under the server guard
+            _row(ks[3], status="invalid: wrong values"),   # failed a check here
+            _row(ks[4], spec="backend=cuda family=wgmma bm=64 bn=64 bk=64 warps=4 stages=4 group_m=8 "
+                             "split_k=1 subtile=1 warp_spec=1 cluster=1"),   # another kernel timed
+            _row(ks[5], off=1.02, srv_torch=0.97),         # exactly at the guard: files
+            dict(_row(ks[0]), M=cub.prob.M, N=cub.prob.N, K=cub.prob.K, layout=cub.prob.layout)]
+    doc = {"versions": {"device_key": "h100-sm90", "card": "NVIDIA H100 80GB HBM3"},
+           "config": {"baselines": NAMES}, "runs": [{"ts": "2026-12-05T17:04:46Z"}], "rows": rows}
+    reg = tmp_path / "reg"
+    Registry.load().export(reg, "none-sm90")               # an empty registry directory
+    filed, skipped = transfer.file_winners(str(reg), str(src), "h200-sm90", doc)
+    assert sorted(e.problem for e in filed) == sorted([ks[0].problem, ks[5].problem])
+    assert "under the margin" in skipped[ks[1].problem] and "under the guard" in skipped[ks[2].problem]
+    assert "not checked here" in skipped[ks[3].problem] and "not the source entry's spec" in skipped[ks[4].problem]
+    assert skipped[cub.problem] == "no kernel entry on the source card"
+    got = Registry.load(reg)
+    e = got.lookup(ks[0].prob, "h100-sm90")
+    # the target card's times, the source card's kernel, its check pending until verify --gpu --record
+    assert e.time_us == pytest.approx(10.0 / 1.10) and e.best_cublas_us == 10.0
+    assert e.speedup() == pytest.approx(1.10)
+    assert e.baselines_us == {"cublas-nn": 10.0, "torch": 10.2, "cublaslt-heuristic": 10.4}
+    assert e.check["passed"] is None and "h100-sm90" in e.check["reason"]
+    assert e.times["transferred_from"]["device"] == "h200-sm90" and e.scope is None
+    assert (e.spec, e.sha256) == (ks[0].spec, ks[0].sha256)
+    assert got.read_source(e) == Registry.load(src).read_source(ks[0])
+    assert got.lookup(ks[0].prob, "h200-sm90") is None
+    # filed again from the same compare: the held entries are as fast, nothing replaced
+    again, skipped2 = transfer.file_winners(str(reg), str(src), "h200-sm90", doc)
+    assert again == [] and "already holds a kernel" in skipped2[ks[0].problem]
+
+
+def test_file_winners_refuses_a_compare_without_card_or_of_the_source_card(tmp_path):
+    src, _ = _source(tmp_path, n_each=1)
+    with pytest.raises(RegistryError, match="no device_key"):
+        transfer.file_winners(str(src), str(src), "h200-sm90", {"rows": []})
+    with pytest.raises(RegistryError, match="ran on h200-sm90 itself"):
+        transfer.file_winners(str(src), str(src), "h200-sm90", {"versions": {"device_key": "h200-sm90"}})
+    with pytest.raises(RegistryError, match="guard"):
+        transfer.file_winners(str(src), str(src), "h200-sm90", {"versions": {"device_key": "h100-sm90"}}, guard=1.5)
+
+
+def test_script_dry_run_files_nothing(tmp_path, capsys):
+    src, keep = _source(tmp_path, n_each=1)
+    k = next(e for e in keep.values() if e.backend != "cublas")
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"versions": {"device_key": "h100-sm90"}, "config": {"baselines": NAMES},
+                             "rows": [_row(k)]}))
+    before = (src / "index.json").read_text()
+    assert xfer.main(["file", str(f), "--from", "h200-sm90", "--src", str(src), "--registry", str(src),
+                      "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"file h100-sm90/{k.problem}: 1.100x" in out and "would file 1, skipped 0" in out
+    assert (src / "index.json").read_text() == before

@@ -4,10 +4,11 @@ Owns: an entry and its rules (entry.py: Entry, RegistryError, the filing margin)
 rules dispatch serves by (evidence.py: a cuBLAS entry's call, a kernel entry's measured scope), the index on disk
 and its queries (index.py: Registry, load / lookup / nearest / add / verify / export, the shipped
 root), filing measurements into it (record.py: record_winner, record_cublas) and a compare's
-timings as evidence (timings.py: add_timings, server_guard, call_guard). This folder also
+timings as evidence (timings.py: add_timings, server_guard, call_guard), and another card's
+kernels filed on this card's compare (transfer.py: for_timing, file_winners). This folder also
 holds the shipped registry's data, index.json (its sources ship in cudal2.kernels_*/generated).
 May import: problems, spec, device, backends and check (to verify); never evaluate, store, ops,
-cli or rl. Inside: record / timings -> index -> entry -> evidence, one direction.
+cli or rl. Inside: record / timings / transfer -> index -> entry -> evidence, one direction.
 """
 from __future__ import annotations
 
