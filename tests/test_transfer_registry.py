@@ -135,3 +135,26 @@ def test_script_dry_run_files_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"file h100-sm90/{k.problem}: 1.100x" in out and "would file 1, skipped 0" in out
     assert (src / "index.json").read_text() == before
+
+
+def test_report_counts_filed_shapes_at_dispatch_time_and_the_rest_at_torch_matmul():
+    rep = load_bench("transfer_report")
+    # two small nt shapes (< 1 GFLOP): one filed (re-timed 1.2x), one not (torch.matmul 0.9 of best)
+    xfer = {"rows": [
+        {"shape": "64x64x64", "M": 64, "N": 64, "K": 64, "layout": "nt", "offline_cudal2_vs_best": 1.1,
+         "server_cudal2_vs_best": 1.05, "offline_torch_vs_best": 1.0, "server_torch_vs_best": 1.0},
+        {"shape": "128x64x64", "M": 128, "N": 64, "K": 64, "layout": "nt", "offline_cudal2_vs_best": 0.8,
+         "server_cudal2_vs_best": 0.8, "offline_torch_vs_best": 0.9, "server_torch_vs_best": 0.9}]}
+    disp = {"rows": [{"shape": "64x64x64", "layout": "nt", "offline_cudal2_vs_best": 1.2,
+                      "server_cudal2_vs_best": 1.1, "offline_cudal2_speedup_torch": 1.25}]}
+    src = {"64x64x64:nt": {"time_us": 5.0, "best_cublas_us": 6.0}, "128x64x64:nt": {"time_us": 5.0, "best_cublas_us": 5.5}}
+    rows = {(r["layout"], r["class"]): r for r in rep.table(xfer, disp, src)}
+    a = rows[("nt", "small")]
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("layout", "class")}   # noqa: E731
+    assert strip(a) == strip(rows[("all", "all")]) == strip(rows[("nt", "all")]) and a["shapes"] == 2 and a["filed"] == 1 and a["here_won"] == 1
+    assert a["here_offline"] == pytest.approx((1.1 * 0.8) ** 0.5)
+    assert a["source_filed"] == pytest.approx((1.2 * 1.1) ** 0.5)
+    assert a["dispatched_offline"] == pytest.approx((1.2 * 0.9) ** 0.5)      # the unfiled one at torch.matmul's
+    assert a["dispatched_server"] == pytest.approx((1.1 * 0.9) ** 0.5)
+    assert a["worst_vs_torch"] == 1.0
+    assert "| nt | small | 2 | 0.938 (1) |" in rep.markdown(list(rows.values()), "h200-sm90", "h100-sm90")

@@ -15,10 +15,11 @@ best-cublas by `margin` (generate's --file-margin, 1.01), and in server mode (co
 least `guard` of torch.matmul (the server guard of `add-timings`, 0.97). The entry's check is the
 compare's five (random, exact, poison, guard, fresh) and is marked pending until
 `cudal2 registry verify --gpu --render --record` runs the full checker (the edge shapes too) on
-that card. Why a transfer at all: on an H100 (2026-12-05, run 84) 401 of the H200's 633 kernel
-entries, built from their H200 specs, ran 1.059x best-cublas geomean offline (345 won) where
-their H200 filing measured 1.075x: the search's choices carry over between the two Hopper cards,
-and a card with no search of its own gets them for the price of one compare.
+that card. Why a transfer at all: on an H100 (2026-12-05, runs 84-85) the H200's 633 kernel
+entries, built from their H200 specs, ran 1.057x best-cublas geomean offline (537 won; server
+1.040x) where their H200 filing measured 1.071x: the search's choices carry over between the two
+Hopper cards, and a card with no search of its own gets them for the price of one compare (~330 s
+of card time for 633 shapes). The 489 filed, timed again as dispatched (run 86): 1.089x offline.
 """
 from __future__ import annotations
 
