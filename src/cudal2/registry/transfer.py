@@ -18,7 +18,7 @@ compare's five (random, exact, poison, guard, fresh) and is marked pending until
 that card. Why a transfer at all: on an H100 (2026-12-05, runs 84-85) the H200's 633 kernel
 entries, built from their H200 specs, ran 1.057x best-cublas geomean offline (537 won; server
 1.040x) where their H200 filing measured 1.071x: the search's choices carry over between the two
-Hopper cards, and a card with no search of its own gets them for the price of one compare (~330 s
+Hopper cards, and a card with no search of its own gets them for the price of one compare (~560 s
 of card time for 633 shapes). The 489 filed, timed again as dispatched (run 86): 1.089x offline.
 """
 from __future__ import annotations
