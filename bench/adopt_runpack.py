@@ -3,9 +3,9 @@
     python3 bench/adopt_runpack.py PATH/run.tgz [--device h200-sm90] [--dry-run]
 
 What it writes (the committed state `grid_search.sh` rebuilds run/ from on the next card):
-  * the pack's registry becomes the shipped one: src/cudal2/registry/index.json, and for each device
-    the pack files, kernels_<backend>/generated/<device>/ holds exactly the sources its entries name
-    (new ones copied, ones no entry names any more removed);
+  * the pack's registry becomes the shipped one: src/cudal2/registry/index.json, and
+    kernels_<backend>/generated/ holds exactly the sources its entries name, over every device (new
+    ones copied, ones no entry names any more removed);
   * the stores and the policy checkpoints, gzipped (mtime 0, so an unchanged store is an unchanged
     file) into bench/results/<device>/grid_search/ under the names grid_search.sh reads;
   * cuBLASLt autotune's choices and the grid nn compare's resumable rows beside them.
@@ -68,15 +68,19 @@ def tar_ckpt(run_parent: Path, name: str, dest: Path) -> None:
         tar.add(run_parent / "run" / name, arcname=f"run/{name}")
 
 
-def sync_sources(reg: Registry, device: str, dry: bool, root: Path = REPO) -> list[str]:
-    """kernels_<backend>/generated/<device>/ := the files the pack's entries of `device` name."""
+def sync_sources(reg: Registry, dry: bool, root: Path = REPO) -> list[str]:
+    """kernels_<backend>/generated/<folder>/ := the files the pack's entries name, over every
+    device: an entry may name a file under another device's folder (a transfer keeps the source
+    card's content-addressed path, registry.transfer), so a file stays while any entry names it.
+    Swept: the folders of every device with entries and of every named file."""
     log = []
     named: dict[Path, Path] = {}
-    for e in reg.all(device):
+    for e in reg.all():
         if e.source:                    # cuBLAS entries name no source
             reg.read_source(e)          # refuses a source whose hash is not the entry's
             named[root / e.source] = reg.source_path(e)
-    dirs = {root / f"kernels_{b}" / "generated" / device for b in ("cuda", "triton")}
+    dirs = {root / f"kernels_{b}" / "generated" / device for b in ("cuda", "triton") for device in reg.entries}
+    dirs |= {f.parent for f in named}
     for d in sorted(dirs):
         for f in sorted(d.glob("*")) if d.is_dir() else []:
             if f.is_file() and f not in named:
@@ -115,9 +119,7 @@ def main(argv=None) -> int:
         if reg.bad:
             print(f"the pack's registry refuses {len(reg.bad)} entries: {reg.bad[:3]}", file=sys.stderr)
             return 2
-        log = []
-        for device in sorted(reg.entries):
-            log += sync_sources(reg, device, args.dry_run, root)
+        log = sync_sources(reg, args.dry_run, root)
         index = root / "src" / "cudal2" / "registry" / "index.json"
         text = reg.to_json()
         if not index.is_file() or index.read_text() != text:

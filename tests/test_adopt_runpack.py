@@ -36,7 +36,7 @@ def _pack(tmp_path, keep_keys, store_rows):
 def _three_keys():
     """One entry of each backend from the shipped registry (device/problem)."""
     picked = {}
-    for e in Registry.load().all():
+    for e in Registry.load().all("h200-sm90"):
         picked.setdefault(e.backend, f"{e.device}/{e.problem}")
     assert {"cuda", "triton", "cublas"} <= picked.keys()
     return [picked["cuda"], picked["triton"], picked["cublas"]]
@@ -87,6 +87,29 @@ def test_adopt_dry_run_writes_nothing_and_a_new_store_is_noticed(tmp_path, capsy
     assert "store run/grid.db" in out and "checkpoint run/grid.db.ckpt" in out
     assert "remove kernels_triton/" in out and "update src/cudal2/registry/index.json (1 entries)" in out
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_a_source_another_device_names_stays(tmp_path, capsys):
+    """A transferred h100 entry names its source under the h200 folder (registry.transfer keeps
+    the content-addressed path): adopting a pack with it and no h200 entry naming that file keeps
+    the file, and still removes what no entry names."""
+    h100 = next(e for e in Registry.load().all("h100-sm90") if e.backend == "cuda")
+    assert h100.source.startswith("kernels_cuda/generated/h200-sm90/")
+    root = tmp_path / "repo"
+    stale = root / "kernels_cuda" / "generated" / "h200-sm90" / "0000stale.cu"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("// a source no entry names any more\n")
+    # and an h200 entry of another source: its device's folder is swept, and h100's file lives there
+    h200 = next(e for e in Registry.load().all("h200-sm90") if e.backend == "cuda" and e.source != h100.source)
+    pack = _pack(tmp_path, {h100.key, h200.key}, store_rows=3)
+    assert adopt.main([str(pack), "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"add {h100.source}" in out and f"add {h200.source}" in out
+    assert "remove kernels_cuda/generated/h200-sm90/0000stale.cu" in out
+    assert (root / h100.source).read_text() == Registry.load().read_source(h100)
+    assert adopt.main([str(pack), "--root", str(root)]) == 0
+    assert capsys.readouterr().out.strip() == "nothing to change"
+    assert (root / h100.source).is_file()
 
 
 def test_adopt_refuses_what_is_not_a_pack(tmp_path, capsys):

@@ -5,7 +5,10 @@ Layout of a registry root (a directory):
   index.json                                   {"format": "cudal2-registry", "version": 1,
                                                 "devices": {"h200-sm90": {"entries": {"MxNxK:nt": {...}}}}}
   kernels_triton/generated/<device>/<sha>.py   generated Triton sources, named by their content's
-  kernels_cuda/generated/<device>/<sha>.cu     sha256 (entries with the same source share a file)
+  kernels_cuda/generated/<device>/<sha>.cu     sha256 (entries with the same source share a file;
+                                               <device> is where the text was first filed: an
+                                               entry moved to another card by registry.transfer
+                                               keeps the path, so it is no claim about the entry)
 
 Path resolution: an entry's `source` is always the relative POSIX path above
 (`kernels_<backend>/generated/<device>/<file>`). In a user registry (`--registry PATH`,
