@@ -113,6 +113,26 @@ def test_file_winners_applies_margin_guard_spec_and_check(tmp_path):
     assert again == [] and "already holds a kernel" in skipped2[ks[0].problem]
 
 
+def test_file_winners_keeps_out_a_kernel_the_server_guard_took_out(tmp_path):
+    from cudal2.registry import server_guard
+    src, keep = _source(tmp_path, n_each=2)
+    ks = [e for e in keep.values() if e.backend != "cublas"][:2]
+    doc = {"versions": {"device_key": "h100-sm90"}, "config": {"baselines": NAMES},
+           "rows": [_row(ks[0]), _row(ks[1])]}
+    reg = tmp_path / "reg"
+    Registry.load().export(reg, "none-sm90")
+    assert len(transfer.file_winners(str(reg), str(src), "h200-sm90", doc)[0]) == 2
+    # a later compare found ks[0] at 0.95x of torch.matmul cold: the guard re-files it as cuBLAS
+    moved = server_guard(reg, "h100-sm90", {ks[0].problem: {"cudal2": 10.0, "torch": 9.5}}, 0.97)
+    assert [e.problem for e, _ in moved] == [ks[0].problem]
+    # a new transfer compare passing the guard again does not bring the same kernel back
+    doc2 = dict(doc, rows=[_row(ks[0], off=1.2), _row(ks[1], off=1.2)])
+    filed, skipped = transfer.file_winners(str(reg), str(src), "h200-sm90", doc2)
+    assert [e.problem for e in filed] == [ks[1].problem]          # the faster win replaces its own
+    assert "server guard took this kernel out" in skipped[ks[0].problem]
+    assert Registry.load(reg).lookup(ks[0].prob, "h100-sm90").backend == "cublas"
+
+
 def test_file_winners_refuses_a_compare_without_card_or_of_the_source_card(tmp_path):
     src, _ = _source(tmp_path, n_each=1)
     with pytest.raises(RegistryError, match="no device_key"):

@@ -8,7 +8,7 @@ timings as evidence (timings.py: add_timings, server_guard, call_guard), and ano
 kernels filed on this card's compare (transfer.py: for_timing, file_winners). This folder also
 holds the shipped registry's data, index.json (its sources ship in cudal2.kernels_*/generated).
 May import: problems, spec, device, backends and check (to verify); never evaluate, store, ops,
-cli or rl. Inside: record / timings / transfer -> index -> entry -> evidence, one direction.
+cli or rl. Inside: transfer -> record / timings -> index -> entry -> evidence, one direction.
 """
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from ..problems import Problem
 from .entry import Entry, RegistryError, check_margin
 from .index import Registry
+from .record import lost_cold
 
 CHECKS = ("random", "exact", "poison", "guard", "fresh")     # what compare's kernel_source runs
 
@@ -93,7 +94,8 @@ def file_winners(registry, src, from_key: str, compare: dict, margin: float = 1.
     """File into `registry` the kernels of `from_key` (registry `src`) that the compare `compare`
     (a `cudal2 compare --json` document, one card, --mode both) shows winning on its card.
     Returns (entries filed, {problem: why not} for the rows not filed). An entry the target
-    registry already holds for that card is replaced only by a faster win."""
+    registry already holds for that card is replaced only by a faster win, and never by the kernel
+    a server guard re-filed as cuBLAS there."""
     check_margin(margin)
     if not 0.0 < guard <= 1.0:
         raise RegistryError(f"the server guard is a ratio to torch.matmul in (0, 1], got {guard}")
@@ -116,6 +118,10 @@ def file_winners(registry, src, from_key: str, compare: dict, margin: float = 1.
         if why is None and old is not None and old.backend != "cublas" and \
                 (old.speedup() or 0) >= row["offline_cudal2_vs_best"]:
             why = f"{to_key} already holds a kernel at {old.speedup():.3f}x"
+        if why is None and old is not None and lost_cold(old, e.spec):
+            # two cold timings that disagree about the guard: the one that failed it stands, as
+            # for a re-search (record.lost_cold)
+            why = f"the server guard took this kernel out on {to_key} ({old.times.get('refiled')})"
         if why is not None:
             skipped[p] = why
             continue
