@@ -23,6 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 
+KINDS = ("under the margin", "under the guard", "already holds", "server guard took", "not checked here",
+         "not the source entry's spec", "no kernel entry", "no server-mode time", "no offline time")
+
+
+def _kind(why: str) -> str:
+    return next((k for k in KINDS if k in why), why)
+
+
 def main(argv=None) -> int:
     from cudal2.registry import RegistryError, shipped_root
     from cudal2.registry import transfer
@@ -53,14 +61,8 @@ def main(argv=None) -> int:
                   f"(shapes: {args.out}/shapes.txt)")
             return 0
         doc = json.loads(Path(args.compare).read_text())
-        src = args.src or str(shipped_root())
-        if args.dry_run:
-            import tempfile
-            with tempfile.TemporaryDirectory() as tmp:
-                filed, skipped = transfer.file_winners(tmp, src, args.from_key, doc, args.margin, args.guard)
-        else:
-            filed, skipped = transfer.file_winners(args.registry or str(shipped_root()), src, args.from_key, doc,
-                                                   args.margin, args.guard)
+        filed, skipped = transfer.file_winners(args.registry or str(shipped_root()), args.src or str(shipped_root()),
+                                               args.from_key, doc, args.margin, args.guard, args.dry_run)
     except (RegistryError, OSError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -68,7 +70,7 @@ def main(argv=None) -> int:
         print(f"file {e.key}: {e.speedup():.3f}x best-cublas, server {e.times['server_vs_torch']:.3f}x torch.matmul")
     for p, why in sorted(skipped.items()):
         print(f"skip {p}: {why}")
-    kinds = Counter(w.split(",")[0].split(" ")[0] for w in skipped.values())
+    kinds = Counter(_kind(w) for w in skipped.values())
     print(f"{'would file' if args.dry_run else 'filed'} {len(filed)}, skipped {len(skipped)} "
           f"({', '.join(f'{n} {k}' for k, n in kinds.most_common())})")
     return 0

@@ -90,12 +90,12 @@ def verdict(row: dict, src_entry: Entry | None, margin: float, guard: float) -> 
 
 
 def file_winners(registry, src, from_key: str, compare: dict, margin: float = 1.01,
-         guard: float = 0.97) -> tuple[list[Entry], dict[str, str]]:
+                 guard: float = 0.97, dry_run: bool = False) -> tuple[list[Entry], dict[str, str]]:
     """File into `registry` the kernels of `from_key` (registry `src`) that the compare `compare`
     (a `cudal2 compare --json` document, one card, --mode both) shows winning on its card.
     Returns (entries filed, {problem: why not} for the rows not filed). An entry the target
     registry already holds for that card is replaced only by a faster win, and never by the kernel
-    a server guard re-filed as cuBLAS there."""
+    a server guard re-filed as cuBLAS there. `dry_run`: the same verdicts, nothing written."""
     check_margin(margin)
     if not 0.0 < guard <= 1.0:
         raise RegistryError(f"the server guard is a ratio to torch.matmul in (0, 1], got {guard}")
@@ -140,5 +140,6 @@ def file_winners(registry, src, from_key: str, compare: dict, margin: float = 1.
                              "the full checker pending (verify --gpu --render --record)"},
             versions=vers, run_id=None, ts=row.get("ts") or (compare.get("runs") or [{}])[-1].get("ts"))
         items.append((new, source.read_source(e)))
-    target.add_many(items)
+    if not dry_run:
+        target.add_many(items)
     return [e for e, _ in items], skipped
