@@ -43,8 +43,15 @@ class DeviceInfo:
         """Registry / store key: a short card name plus the capability, e.g. `h200-sm90`."""
         if self.is_target_only:
             return self.arch.replace("_", "")
-        m = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", self.name.upper())
+        up = self.name.upper()
+        m = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", up)
         short = m.group(1).lower() if m else re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
+        # The PCIe and NVL boards of a chip are other cards for timing (an H100 PCIe has 114 SMs
+        # to the SXM's 132, and lower clocks and bandwidth): their own key, so they are never
+        # served entries measured on the SXM board (whose names, "NVIDIA H100 80GB HBM3" and
+        # "NVIDIA H200", keep the keys every registry and store already uses).
+        if m:
+            short += "".join(f"-{v.lower()}" for v in ("PCIE", "NVL") if re.search(rf"\b{v}\b", up))
         return f"{short}-sm{self.cc[0]}{self.cc[1]}"
 
     @property
