@@ -1,5 +1,6 @@
 """cudal2.registry.transfer and bench/transfer_registry.py: another card's kernels timed and filed here."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -178,3 +179,64 @@ def test_report_counts_filed_shapes_at_dispatch_time_and_the_rest_at_torch_matmu
     assert a["dispatched_server"] == pytest.approx((1.1 * 0.9) ** 0.5)
     assert a["worst_vs_torch"] == 1.0
     assert "| nt | small | 2 | 0.938 (1) |" in rep.markdown(list(rows.values()), "h200-sm90", "h100-sm90")
+
+
+# ---- cudal2 registry transfer (the one-command form; its compare stubbed: no GPU here) ----------
+
+def _cli(args):
+    from typer.testing import CliRunner
+    from cudal2.cli import app
+    return CliRunner().invoke(app, ["registry", "transfer", *args])
+
+
+def test_cli_refuses_the_shipped_registry_a_missing_one_and_a_card_without_kernels(tmp_path):
+    r = _cli(["--from", "h200-sm90", "--registry", str(Registry.load().root), "--json", str(tmp_path / "c.json")])
+    assert r.exit_code == 2 and "shipped registry is read-only" in r.output
+    r = _cli(["--from", "h200-sm90", "--registry", str(tmp_path / "nope"), "--json", str(tmp_path / "c.json")])
+    assert r.exit_code == 2 and "does not exist" in r.output
+    reg = tmp_path / "reg"
+    Registry.load().export(reg, "none-sm90")
+    r = _cli(["--from", "a100-sm80", "--registry", str(reg), "--json", str(tmp_path / "c.json")])
+    assert r.exit_code == 2 and "no kernel entries for a100-sm80" in r.output
+
+
+def test_cli_without_a_gpu_says_so(tmp_path, monkeypatch):
+    import cudal2.device
+    monkeypatch.setattr(cudal2.device, "gpu_available", lambda: False)
+    reg = tmp_path / "reg"
+    Registry.load().export(reg, "none-sm90")
+    r = _cli(["--from", "h200-sm90", "--registry", str(reg), "--json", str(tmp_path / "c.json")])
+    assert r.exit_code == 3 and "no CUDA GPU here" in r.output
+
+
+def test_cli_builds_compares_and_files(tmp_path, monkeypatch):
+    """The glue: the scratch registry the compare gets holds the source kernels under this card's
+    key; the compare's rows are what the filing reads; the winners land in --registry."""
+    import cudal2.cli.compare
+    import cudal2.device
+    from cudal2.device import DeviceInfo
+    src, keep = _source(tmp_path, n_each=1)
+    ks = [e for e in keep.values() if e.backend != "cublas"]
+    card = DeviceInfo(name="NVIDIA H100 PCIe", cc=(9, 0), smem_per_block=232448, smem_per_sm=233472,
+                      regs_per_sm=65536, sm_count=114)
+    monkeypatch.setattr(cudal2.device, "gpu_available", lambda: True)
+    monkeypatch.setattr(cudal2.device, "current", lambda index=None: card)
+    seen = {}
+
+    def fake_compare(**kw):
+        scratch = Registry.load(kw["registry"])
+        seen["keys"] = sorted(e.key for e in scratch.all())
+        seen["mode"], seen["resume"] = kw["mode"], kw["resume"]
+        rows = [_row(e, off=1.2 if i == 0 else 0.9) for i, e in enumerate(ks)]
+        Path(kw["json_path"]).write_text(json.dumps({"versions": {"device_key": card.key},
+                                                     "config": {"baselines": NAMES}, "rows": rows}))
+    monkeypatch.setattr(cudal2.cli.compare, "compare_cmd", fake_compare)
+    reg = tmp_path / "reg"
+    Registry.load().export(reg, "none-sm90")
+    r = _cli(["--from", "h200-sm90", "--src", str(src), "--registry", str(reg), "--json", str(tmp_path / "c.json")])
+    assert r.exit_code == 0, r.output
+    assert seen == {"keys": sorted(f"h100-pcie-sm90/{e.problem}" for e in ks), "mode": "both", "resume": True}
+    got = Registry.load(reg).all("h100-pcie-sm90")
+    assert [e.problem for e in got] == [ks[0].problem] and got[0].speedup() == pytest.approx(1.2)
+    assert f"kept out h100-pcie-sm90/{ks[1].problem}: offline 0.900x" in r.output
+    assert f"1 of {len(ks)} h200-sm90 kernels filed" in r.output and "verify --gpu --render --record" in r.output

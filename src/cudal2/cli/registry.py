@@ -361,5 +361,7 @@ def register(app) -> None:
     reg_app.command("apply-margin")(apply_margin_cmd)
     reg_app.command("rerender")(rerender_cmd)
     reg_app.command("add-timings")(add_timings_cmd)
+    from .transfer import transfer_cmd
+    reg_app.command("transfer")(transfer_cmd)
     app.add_typer(reg_app, name="registry")
     app.command("problems")(problems_cmd)
