@@ -1,20 +1,23 @@
 """The kernel registry: per device, the winning kernel of each problem, with its source and proof.
 
 Owns: an entry and its rules (entry.py: Entry, RegistryError, the filing margin), the evidence
-rules dispatch serves by (evidence.py: a cuBLAS entry's call, a kernel entry's measured scope), the index on disk
-and its queries (index.py: Registry, load / lookup / nearest / add / verify / export, the shipped
-root), filing measurements into it (record.py: record_winner, record_cublas) and a compare's
+rules dispatch serves by (evidence.py: a cuBLAS entry's call, a kernel entry's measured scope),
+the index on disk and its queries (index.py: Registry, load / lookup / nearest / add / export,
+the shipped root; disk.py: atomic writes, the index's text, the writers' lock; upkeep.py: verify
+and rerender), filing measurements into it (record.py: record_winner, record_cublas), a compare's
 timings as evidence (timings.py: add_timings, server_guard, call_guard), and another card's
 kernels filed on this card's compare (transfer.py: for_timing, file_winners). This folder also
 holds the shipped registry's data, index.json (its sources ship in cudal2.kernels_*/generated).
 May import: problems, spec, device, backends and check (to verify); never evaluate, store, ops,
-cli or rl. Inside: transfer -> record / timings -> index -> entry -> evidence, one direction.
+cli or rl. Inside: transfer -> record / timings -> index -> disk -> entry -> evidence, one
+direction; upkeep beside index (Registry.verify / rerender call it, and it loads through Registry,
+both at call time).
 """
 from __future__ import annotations
 
 from .entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, check_margin, sha256_text
-from .index import (ENV, Registry, VerifyResult, check_render, default_root, log_distance, shipped_root,
-                    target_for_key)
+from .index import ENV, Registry, default_root, log_distance, shipped_root, target_for_key
+from .upkeep import VerifyResult, check_render
 from .evidence import (CUBLAS_MARGIN, DISPATCH_TARGETS, cublas_choice, legacy_choice, qualified_calls,
                        scope_problems)
 from .record import lost_cold, record_cublas, record_scope, record_winner

@@ -27,23 +27,22 @@ writers cannot lose each other's update.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
 import os
 import re
-import tempfile
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..problems import Problem
 from . import evidence
+from .disk import atomic_write, index_text, locked
 from .entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, check_margin, sha256_text
 
 ENV = "CUDAL2_REGISTRY"
+
 
 def _package_dir(name: str) -> Path:
     """Directory of an installed package (regular or namespace, editable or not)."""
@@ -85,78 +84,6 @@ def log_distance(p: Problem, q: Problem) -> float:
     return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in ((p.M, q.M), (p.N, q.N), (p.K, q.K))))
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)        # mkstemp makes 0600; a registry is meant to be shared and shipped
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    # Make the rename itself durable.
-    with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-
-# Every filing rewrites the whole index, and json's indented encoder is pure Python: ~0.2 s per
-# write of 1,879 entries (2026-12-04, CPU) spent encoding the entries that did not change. So each
-# entry's text is cached under its compact encoding (C-encoded, and it fixes the indented text).
-_ENTRY_LEVEL = 4            # index -> "devices" -> device -> "entries" -> entry
-
-
-def _indent1(obj, level: int = 0) -> str:
-    """The text of json.dumps(obj, indent=1): the objects above the entries laid out here, the
-    rest (entries and scalars) through _indented. Keys are strings (the index's only kind)."""
-    if level < _ENTRY_LEVEL and isinstance(obj, dict) and obj:
-        pad = "\n" + " " * (level + 1)
-        body = ("," + pad).join(f"{json.dumps(k)}: {_indent1(v, level + 1)}" for k, v in obj.items())
-        return "{" + pad + body + "\n" + " " * level + "}"
-    return _indented(json.dumps(obj), level)
-
-
-@functools.lru_cache(maxsize=1 << 14)     # ~8 KB each: 1,879 entries hold ~15 MB
-def _indented(compact: str, level: int) -> str:
-    """json.dumps(value, indent=1) of the value `compact` encodes, nested `level` deep. Decoding
-    gives back the same value (floats round-trip by repr, key order is kept), so the same text."""
-    return json.dumps(json.loads(compact), indent=1).replace("\n", "\n" + " " * level)
-
-
-@contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "a") as f:
-        try:
-            import fcntl
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        except ImportError:   # no flock (Windows): single writer assumed
-            pass
-        yield
-
-
-def check_render(entry: Entry, spec=None):
-    """The entry's parsed KernelSpec, after checking that its backend still renders it to exactly
-    the source the index records (by sha256); a backend changed since tuning fails closed."""
-    if entry.backend == "cublas":
-        raise RegistryError(f"{entry.key}: a cublas entry has no source to render")
-    from ..backends import get_backend
-    from ..spec import KernelSpec
-    spec = KernelSpec.parse(entry.spec) if spec is None else spec
-    if sha256_text(get_backend(entry.backend).render(spec, entry.prob)) != entry.sha256:
-        raise RegistryError(f"{entry.key}: backend {entry.backend} no longer renders this spec to the "
-                            "stored source (backend changed since it was tuned)")
-    return spec
-
-
 def _name_source(entry: Entry, source_text: str | None) -> None:
     """Point a kernel entry at its source by content (a cuBLAS entry at none) and validate it."""
     if entry.backend != "cublas":
@@ -171,14 +98,6 @@ def _name_source(entry: Entry, source_text: str | None) -> None:
         entry.source = entry.sha256 = None
         entry.spec = ""
     entry.validate()
-
-
-@dataclass
-class VerifyResult:
-    entry: str
-    ok: bool
-    reason: str = ""
-    checked: bool = False     # the GPU checker re-ran and passed on this entry's device
 
 
 class Registry:
@@ -251,7 +170,7 @@ class Registry:
             devices.setdefault(dev, {}).setdefault("entries", {}).update(
                 {p: e.to_dict(deep=False) for p, e in ents.items()})
         devices = {d: {"entries": dict(sorted(v["entries"].items()))} for d, v in sorted(devices.items())}
-        return _indent1({"format": FORMAT, "version": VERSION, "devices": devices}) + "\n"
+        return index_text({"format": FORMAT, "version": VERSION, "devices": devices}) + "\n"
 
     # ---- queries -------------------------------------------------------------------------------
     def all(self, device_key: str | None = None) -> list[Entry]:
@@ -357,7 +276,7 @@ class Registry:
         keeps that one and writes nothing (returns None). The filing rules decide here rather than
         on a load of their own: one read of the index per filing, not two (~0.15 s each at 1,879
         entries, 2026-12-04), and no writer can slip in between the verdict and the write."""
-        with _locked(self.root):
+        with locked(self.root):
             # Re-read under the lock so a concurrent writer's entries are kept (no index yet: empty).
             fresh = Registry.load(self.root)
             if keep is not None and keep(fresh.entries.get(entry.device, {}).get(entry.problem)):
@@ -365,10 +284,10 @@ class Registry:
                 return None
             _name_source(entry, source_text)
             if entry.backend != "cublas":
-                _atomic_write(self.source_path(entry), source_text)
+                atomic_write(self.source_path(entry), source_text)
             fresh.entries.setdefault(entry.device, {})[entry.problem] = entry
             fresh._raw_bad.pop((entry.device, entry.problem), None)     # replaced by a good one
-            _atomic_write(self.root / "index.json", fresh.to_json())
+            atomic_write(self.root / "index.json", fresh.to_json())
             self.entries = fresh.entries
         return entry
 
@@ -377,7 +296,7 @@ class Registry:
         content-addressed path rather than copying ~40 KB per kernel under another device's
         folder): each source is written only where missing, after its text is checked against the
         entry's sha256, then the index once, under the lock."""
-        with _locked(self.root):
+        with locked(self.root):
             fresh = Registry.load(self.root)
             for e, text in items:
                 e.validate()
@@ -385,13 +304,13 @@ class Registry:
                     raise RegistryError(f"{e.key}: add_many takes kernel entries with their own source text")
                 path = fresh.source_path(e)
                 if not path.exists():
-                    _atomic_write(path, text)
+                    atomic_write(path, text)
                 elif sha256_text(path.read_text()) != e.sha256:
                     raise RegistryError(f"{e.key}: {path} exists with other text than the entry's source")
                 fresh.entries.setdefault(e.device, {})[e.problem] = e
                 fresh._raw_bad.pop((e.device, e.problem), None)
             if items:
-                _atomic_write(self.root / "index.json", fresh.to_json())
+                atomic_write(self.root / "index.json", fresh.to_json())
             self.entries = fresh.entries
         return [e for e, _ in items]
 
@@ -414,13 +333,13 @@ class Registry:
     def update(self, device_key: str, fn) -> list[Entry]:
         """Apply `fn(entry) -> bool` (True: it changed the entry in place) to every entry of
         `device_key` under the registry's lock, validate the changed ones, one index write."""
-        with _locked(self.root):
+        with locked(self.root):
             fresh = Registry.load(self.root)
             changed = [e for e in fresh.entries.get(device_key, {}).values() if fn(e)]
             for e in changed:
                 e.validate()
             if changed:
-                _atomic_write(self.root / "index.json", fresh.to_json())
+                atomic_write(self.root / "index.json", fresh.to_json())
             self.entries = fresh.entries
         return changed
 
@@ -451,51 +370,6 @@ class Registry:
             return True
         return self.update(device_key, refile)
 
-    def rerender(self, compare_sass: bool = True) -> list[Entry]:
-        """Re-render every kernel entry whose backend no longer renders its spec to the stored source
-        (a kernel family or backend edited since filing): write the new source, point the entry at
-        it and mark its check as not yet re-run (`check.passed` None, `times.rerendered_from` the old
-        sha256). One index write; returns the changed entries, which must pass `verify --gpu
-        --render` on a card (and be re-timed) before they are shipped.
-        With `compare_sass`, a CUDA entry whose new source compiles to the same SASS as the stored
-        one (backends/sass.py) keeps its check and timings: they were measured on that machine
-        code. It records `times.same_sass_as` (the old sha256) instead of a pending re-check.
-        A source file no entry names any more is deleted: each template edit would otherwise leave
-        one dead copy per re-rendered source (88 files, 2.9 MB on 2026-12-04) in a tree that travels
-        to the card under a 64 MiB cap."""
-        from ..backends import get_backend
-        from ..backends.sass import same_machine_code
-        from ..spec import KernelSpec
-        with _locked(self.root):
-            fresh = Registry.load(self.root)
-            changed, old_paths = [], set()
-            for e in fresh.all():
-                if e.backend == "cublas":
-                    continue
-                text = get_backend(e.backend).render(KernelSpec.parse(e.spec), e.prob)
-                sha = sha256_text(text)
-                if sha == e.sha256:
-                    continue
-                old_paths.add(fresh.source_path(e))
-                if compare_sass and e.backend == "cuda" and e.check.get("passed") and \
-                        same_machine_code(fresh.read_source(e), text, target_for_key(e.device).arch):
-                    e.times = {**e.times, "same_sass_as": e.sha256}
-                else:
-                    e.times = {**e.times, "rerendered_from": e.sha256}
-                    e.check = {**e.check, "passed": None, "reason": "re-rendered; re-check with verify --gpu --render"}
-                e.sha256 = sha
-                e.source = f"kernels_{e.backend}/generated/{e.device}/{sha[:16]}{SUFFIX[e.backend]}"
-                e.validate()
-                _atomic_write(fresh.source_path(e), text)
-                changed.append(e)
-            if changed:
-                _atomic_write(self.root / "index.json", fresh.to_json())
-                named = {fresh.source_path(e) for e in fresh.all() if e.backend != "cublas"}
-                for path in old_paths - named:
-                    path.unlink(missing_ok=True)
-            self.entries = fresh.entries
-        return changed
-
     def export(self, dest: str | os.PathLike, device_key: str | None = None) -> Path:
         """A standalone user registry in `dest`: index.json plus every source it names (verified)."""
         dest = Path(dest)
@@ -503,49 +377,18 @@ class Registry:
         for e in self.all(device_key):
             if e.backend != "cublas":
                 text = self.read_source(e)      # refuses tampered sources rather than copying them
-                _atomic_write(out.source_path(e), text)
+                atomic_write(out.source_path(e), text)
             out.entries.setdefault(e.device, {})[e.problem] = e
-        _atomic_write(dest / "index.json", out.to_json())
+        atomic_write(dest / "index.json", out.to_json())
         return dest
 
-    # ---- verification --------------------------------------------------------------------------
-    def verify(self, gpu: bool | None = None, render: bool = False) -> list[VerifyResult]:
-        """Re-hash every entry's source and re-check its spec against its problem. `render`: also
-        re-render the spec through its backend and compare hashes. `gpu` (None: if one is visible):
-        also rebuild each kernel of the running device and re-run the PROTOCOL checker."""
-        from ..spec import KernelSpec, violations
-        out = [VerifyResult(k, False, r) for k, r in self.bad]
-        dev_info = None
-        if gpu is None or gpu:
-            from ..device import current, gpu_available
-            if gpu_available():
-                dev_info = current()
-            elif gpu:
-                raise RegistryError("verify with the checker needs a CUDA GPU; none is visible")
-        for e in self.all():
-            try:
-                if e.backend == "cublas":
-                    out.append(VerifyResult(e.key, True, "cublas winner (no source)"))
-                    continue
-                self.read_source(e)
-                spec = KernelSpec.parse(e.spec)
-                bad = violations(spec, e.prob, target_for_key(e.device))
-                if bad:
-                    raise RegistryError(f"{e.key}: spec invalid for its problem: {bad[0][0]}: {bad[0][1]}")
-                note, checked = "hash ok", False
-                if render or (dev_info is not None and dev_info.key == e.device):
-                    check_render(e, spec)     # read_source above proved text hashes to e.sha256
-                    note += ", render ok"
-                if dev_info is not None and dev_info.key == e.device:
-                    from ..backends import build_kernel
-                    from ..check import check_kernel
-                    kern = build_kernel(spec, e.prob, dev_info)
-                    rep = check_kernel(kern, e.prob, "cuda")
-                    if not rep.passed:
-                        raise RegistryError(f"{e.key}: checker failed: {rep.reason}")
-                    note, checked = note + ", checker passed", True
-                out.append(VerifyResult(e.key, True, note, checked))
-            except Exception as err:   # every failure is reported against its entry, never fatal
-                msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-                out.append(VerifyResult(e.key, False, msg if msg.startswith(e.key) else f"{e.key}: {msg}"))
-        return out
+    # ---- upkeep (upkeep.py) --------------------------------------------------------------------
+    def rerender(self, compare_sass: bool = True) -> list[Entry]:
+        """upkeep.rerender: new sources for entries whose backend renders their spec otherwise."""
+        from .upkeep import rerender
+        return rerender(self, compare_sass)
+
+    def verify(self, gpu: bool | None = None, render: bool = False) -> list:
+        """upkeep.verify: re-hash, re-render and (on the entry's card) re-check every entry."""
+        from .upkeep import verify
+        return verify(self, gpu, render)
