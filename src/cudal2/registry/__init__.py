@@ -9,14 +9,14 @@ timings as evidence (timings.py: add_timings, server_guard, call_guard), and ano
 kernels filed on this card's compare (transfer.py: for_timing, file_winners). This folder also
 holds the shipped registry's data, index.json (its sources ship in cudal2.kernels_*/generated).
 May import: problems, spec, device, backends and check (to verify); never evaluate, store, ops,
-cli or rl. Inside: transfer -> record / timings -> index -> disk -> entry -> evidence, one
-direction; upkeep beside index (Registry.verify / rerender call it, and it loads through Registry,
-both at call time).
+cli or rl. Inside: transfer -> record / timings -> index -> upkeep -> disk -> entry -> evidence,
+one direction (upkeep re-loads a registry through the Registry object it is handed).
 """
 from __future__ import annotations
 
-from .entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, check_margin, sha256_text
-from .index import ENV, Registry, default_root, log_distance, shipped_root, target_for_key
+from .entry import (BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, check_margin, sha256_text,
+                    target_for_key)
+from .index import ENV, Registry, default_root, log_distance, shipped_root
 from .upkeep import VerifyResult, check_render
 from .evidence import (CUBLAS_MARGIN, DISPATCH_TARGETS, cublas_choice, legacy_choice, qualified_calls,
                        scope_problems)

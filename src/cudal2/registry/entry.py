@@ -28,6 +28,15 @@ def check_margin(margin: float) -> None:
         raise RegistryError(f"the filing margin must be >= 1.0 (a ratio over best-cublas), got {margin}")
 
 
+def target_for_key(device_key: str):
+    """The compile target behind a device key ("h200-sm90" -> sm_90a limits) for validity checks."""
+    from ..device import DeviceInfo
+    m = re.search(r"sm(\d)(\d)a?$", device_key)
+    if not m:
+        raise RegistryError(f"device key {device_key!r} does not end in smXY; cannot tell its limits")
+    return DeviceInfo.target(f"sm_{m.group(1)}{m.group(2)}")
+
+
 def _time_ok(x) -> bool:
     return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0)
 

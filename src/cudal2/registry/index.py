@@ -31,15 +31,15 @@ import functools
 import json
 import math
 import os
-import re
 import warnings
 from pathlib import Path
 from typing import Any
 
 from ..problems import Problem
-from . import evidence
+from . import evidence, upkeep
 from .disk import atomic_write, index_text, locked
-from .entry import BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, check_margin, sha256_text
+from .entry import (BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, check_margin, sha256_text,
+                    target_for_key)
 
 ENV = "CUDAL2_REGISTRY"
 
@@ -61,15 +61,6 @@ def shipped_root() -> Path:
 def default_root() -> Path:
     env = os.environ.get(ENV)
     return Path(env) if env else shipped_root()
-
-
-def target_for_key(device_key: str):
-    """The compile target behind a device key ("h200-sm90" -> sm_90a limits) for validity checks."""
-    from ..device import DeviceInfo
-    m = re.search(r"sm(\d)(\d)a?$", device_key)
-    if not m:
-        raise RegistryError(f"device key {device_key!r} does not end in smXY; cannot tell its limits")
-    return DeviceInfo.target(f"sm_{m.group(1)}{m.group(2)}")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -385,10 +376,8 @@ class Registry:
     # ---- upkeep (upkeep.py) --------------------------------------------------------------------
     def rerender(self, compare_sass: bool = True) -> list[Entry]:
         """upkeep.rerender: new sources for entries whose backend renders their spec otherwise."""
-        from .upkeep import rerender
-        return rerender(self, compare_sass)
+        return upkeep.rerender(self, compare_sass)
 
-    def verify(self, gpu: bool | None = None, render: bool = False) -> list:
+    def verify(self, gpu: bool | None = None, render: bool = False) -> list[upkeep.VerifyResult]:
         """upkeep.verify: re-hash, re-render and (on the entry's card) re-check every entry."""
-        from .upkeep import verify
-        return verify(self, gpu, render)
+        return upkeep.verify(self, gpu, render)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .disk import atomic_write, locked
-from .entry import SUFFIX, Entry, RegistryError, sha256_text
+from .entry import SUFFIX, Entry, RegistryError, sha256_text, target_for_key
 
 
 @dataclass
@@ -46,9 +46,8 @@ def rerender(reg, compare_sass: bool = True) -> list[Entry]:
     from ..backends import get_backend
     from ..backends.sass import same_machine_code
     from ..spec import KernelSpec
-    from .index import Registry, target_for_key
     with locked(reg.root):
-        fresh = Registry.load(reg.root)
+        fresh = type(reg).load(reg.root)     # under the lock: a concurrent writer's entries kept
         changed, old_paths = [], set()
         for e in fresh.all():
             if e.backend == "cublas":
@@ -83,7 +82,6 @@ def verify(reg, gpu: bool | None = None, render: bool = False) -> list[VerifyRes
     re-render the spec through its backend and compare hashes. `gpu` (None: if one is visible):
     also rebuild each kernel of the running device and re-run the PROTOCOL checker."""
     from ..spec import KernelSpec, violations
-    from .index import target_for_key
     out = [VerifyResult(k, False, r) for k, r in reg.bad]
     dev_info = None
     if gpu is None or gpu:
