@@ -16,24 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 
-KINDS = ("under the margin", "under the guard", "already holds", "server guard took", "not checked here",
-         "not the source entry's spec", "no kernel entry", "no server-mode time", "no offline time")
-
-
-def _kind(why: str) -> str:
-    return next((k for k in KINDS if k in why), why)
-
-
 def main(argv=None) -> int:
     from cudal2.registry import RegistryError, shipped_root
     from cudal2.registry import transfer
+    from cudal2.report import load_json
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="the source card's kernel entries as the target card's registry, to time")
@@ -60,7 +52,7 @@ def main(argv=None) -> int:
             print(f"{len(moved)} kernel entries of {args.from_key} filed as {to_key} in {args.out} "
                   f"(shapes: {args.out}/shapes.txt)")
             return 0
-        doc = json.loads(Path(args.compare).read_text())
+        doc = load_json(args.compare)                 # the committed compares are gzipped
         filed, skipped = transfer.file_winners(args.registry or str(shipped_root()), args.src or str(shipped_root()),
                                                args.from_key, doc, args.margin, args.guard, args.dry_run)
     except (RegistryError, OSError, json.JSONDecodeError) as e:
@@ -70,9 +62,8 @@ def main(argv=None) -> int:
         print(f"file {e.key}: {e.speedup():.3f}x best-cublas, server {e.times['server_vs_torch']:.3f}x torch.matmul")
     for p, why in sorted(skipped.items()):
         print(f"skip {p}: {why}")
-    kinds = Counter(_kind(w) for w in skipped.values())
     print(f"{'would file' if args.dry_run else 'filed'} {len(filed)}, skipped {len(skipped)} "
-          f"({', '.join(f'{n} {k}' for k, n in kinds.most_common())})")
+          f"({transfer.skip_kinds(skipped)})")
     return 0
 
 

@@ -222,8 +222,13 @@ def test_cli_builds_compares_and_files(tmp_path, monkeypatch):
     monkeypatch.setattr(cudal2.device, "gpu_available", lambda: True)
     monkeypatch.setattr(cudal2.device, "current", lambda index=None: card)
     seen = {}
+    import inspect
+    compare_params = set(inspect.signature(cudal2.cli.compare.compare_cmd).parameters)
 
     def fake_compare(**kw):
+        # every compare option passed by name: a new one left out would arrive as typer's
+        # OptionInfo default, not a value
+        assert set(kw) == compare_params, set(kw) ^ compare_params
         scratch = Registry.load(kw["registry"])
         seen["keys"] = sorted(e.key for e in scratch.all())
         seen["mode"], seen["resume"] = kw["mode"], kw["resume"]

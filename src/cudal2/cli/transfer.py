@@ -85,5 +85,6 @@ def transfer_cmd(
         typer.echo(f"kept out {here}/{p}: {why}")
     typer.echo(f"{here}: {len(filed)} of {len(filed) + len(skipped)} {from_key} kernels "
                f"{'would be ' if dry_run else ''}filed into {target.root}"
+               + (f" (kept out: {transfer.skip_kinds(skipped)})" if skipped else "")
                + ("" if dry_run else f"; check them in full: cudal2 registry verify --gpu --render --record "
                   f"--registry {target.root}"))
