@@ -188,8 +188,7 @@ case "$stage" in
     cl=nn; cdir=run/compare; first=()
     [ "${SET:-grid-nn}" = grid-nt ] && { cl=nt; cdir=run/compare_nt; }
     if [ "$cl" = nn ] && [ -f run/grid_nn_leads.db ]; then
-      python3 -c 'import sqlite3, sys
-for (p,) in sqlite3.connect(sys.argv[1]).execute("SELECT problem FROM shapes ORDER BY id"): print(p)' \
+      python3 -c 'import sys; from cudal2.store import Store; print(*Store(sys.argv[1]).shapes(), sep="\n")' \
         run/grid_nn_leads.db >run/compare_first.txt && first=(--first run/compare_first.txt)
     fi
     timeout $((${limit%.*} + 60)) python3 bench/grid_baselines.py --layout "$cl" --registry run/registry \
