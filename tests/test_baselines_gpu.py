@@ -62,12 +62,15 @@ def test_autotune_choice_is_cached(tmp_path, monkeypatch):
     p = Problem(512, 1024, 768)
     a, b = _inputs(p)
     c = torch.empty(p.M, p.N, device="cuda", dtype=torch.float16)
-    baselines.prepare(["cublaslt-autotune"], p, a, b, c, cache_dir=tmp_path)
+    tuned = baselines.prepare(["cublaslt-autotune"], p, a, b, c, cache_dir=tmp_path)
     cache = json.loads((tmp_path / f"lt-autotune-{current().key}.json").read_text())
     (key, entry), = cache.items()
     assert key.startswith(p.text) and 1 <= entry["candidates"] <= baselines.MAX_CANDIDATES
+    # the column names the algorithm it times (a compare row records it: registry/fill.py's evidence)
+    assert tuned["cublaslt-autotune"].lt_algo == entry["algo"]
     monkeypatch.setattr(baselines.LtPlan, "candidates", lambda *a, **k: pytest.fail("retuned despite the cache"))
     fns = baselines.prepare(["cublaslt-autotune"], p, a, b, c, cache_dir=tmp_path)
+    assert fns["cublaslt-autotune"].lt_algo == entry["algo"]
     c.zero_()
     fns["cublaslt-autotune"]()
     assert rel_error(c, reference(a, b, "nn")) <= 5e-3
@@ -144,4 +147,6 @@ def test_compare_cli_end_to_end(tmp_path):
             assert math.isclose(r[f"{mode}_cudal2_vs_best"] * r[f"{mode}_cudal2_{key}"],
                                 r[f"{mode}_best_cublas_us"], rel_tol=1e-9)
         assert r["eager_torch_us"] > 0
+        if r.get("status_cublaslt-autotune") == "ok":
+            assert len(r["cublaslt-autotune_algo"]) == 8     # which algorithm the column timed
     assert (tmp_path / "c_dist.png").stat().st_size > 0 and (tmp_path / "c_server.png").exists()

@@ -256,6 +256,7 @@ def _autotune_fn(plan: LtPlan, problem: Problem, c, ref, *, calls: int, cache_di
     if not retune and key in cache:
         fn = plan.fn(plan.algo_from_data(cache[key]["algo"]))
         _validate("cublaslt-autotune (cached)", fn, c, ref)
+        fn.lt_algo = [int(x) for x in cache[key]["algo"]]
         return fn
     algos = plan.candidates(MAX_CANDIDATES)
     if not algos:
@@ -277,6 +278,9 @@ def _autotune_fn(plan: LtPlan, problem: Problem, c, ref, *, calls: int, cache_di
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
         tmp.replace(path)
+        # which algorithm this column times: a compare row records it, so registry evidence counts
+        # a timing only where it is of the algorithm a cuBLAS entry stores (registry/fill.py)
+        fns[i].lt_algo = cache[key]["algo"]
         return fns[i]
     raise BaselineInvalid(f"invalid: all {len(algos)} cuBLASLt candidates failed the check ({errors[0]})")
 

@@ -118,6 +118,11 @@ def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, dev
     row: dict = {"shape": problem.shape, "M": problem.M, "N": problem.N, "K": problem.K,
                  "layout": problem.layout, "gflop": problem.flops / 1e9, "class": flop_class(problem.flops),
                  "floor_us": timing.roofline_us(problem, peak), "ts": round(time.time(), 1)}
+    algo = getattr(fns.get("cublaslt-autotune"), "lt_algo", None)
+    if algo:
+        # the algorithm autotune's column timed (the cached one, or this run's pick): the evidence
+        # `cudal2 registry file-cublas` counts for a stored algorithm must be of that algorithm
+        row["cublaslt-autotune_algo"] = list(algo)
     cands = list(names)
     if kernel_for is not None:
         cands.append("cudal2")

@@ -6,10 +6,11 @@ the index on disk and its queries (index.py: Registry, load / lookup / nearest /
 the shipped root; disk.py: atomic writes, the index's text, the writers' lock; upkeep.py: verify
 and rerender), filing measurements into it (record.py: record_winner, record_cublas), a compare's
 timings as evidence (timings.py: add_timings, server_guard, call_guard), and another card's
-kernels filed on this card's compare (transfer.py: for_timing, file_winners). This folder also
+kernels filed on this card's compare (transfer.py: for_timing, file_winners), cuBLAS entries for
+a card's shapes without one from its compares (fill.py: fill_cublas). This folder also
 holds the shipped registry's data, index.json (its sources ship in cudal2.kernels_*/generated).
 May import: problems, spec, device, backends and check (to verify); never evaluate, store, ops,
-cli or rl. Inside: transfer -> record / timings -> index -> upkeep -> disk -> entry -> evidence,
+cli or rl. Inside: transfer / fill -> record / timings -> index -> upkeep -> disk -> entry -> evidence,
 one direction (upkeep re-loads a registry through the Registry object it is handed).
 """
 from __future__ import annotations

@@ -282,28 +282,39 @@ class Registry:
             self.entries = fresh.entries
         return entry
 
-    def add_many(self, items: list[tuple[Entry, str]]) -> list[Entry]:
-        """File kernel entries that already name their source (a transfer keeps the source card's
-        content-addressed path rather than copying ~40 KB per kernel under another device's
-        folder): each source is written only where missing, after its text is checked against the
-        entry's sha256, then the index once, under the lock."""
+    def add_many(self, items: list[tuple[Entry, str | None]], only_new: bool = False) -> list[Entry]:
+        """File entries in one index write: kernel entries that already name their source (a
+        transfer keeps the source card's content-addressed path rather than copying ~40 KB per
+        kernel under another device's folder), each source written only where missing after its
+        text is checked against the entry's sha256; cuBLAS entries with None for the text
+        (registry/fill.py files ~1,500 at once, where `add` would write the 8 MB index each time).
+        `only_new`: an entry the index holds by the time the lock is taken (another process filed
+        it since the caller looked) is kept, not replaced. Returns the entries filed."""
+        filed = []
         with locked(self.root):
             fresh = Registry.load(self.root)
             for e, text in items:
                 e.validate()
-                if e.backend == "cublas" or sha256_text(text) != e.sha256:
+                if only_new and e.problem in fresh.entries.get(e.device, {}):
+                    continue
+                if e.backend == "cublas":
+                    if text is not None:
+                        raise RegistryError(f"{e.key}: a cublas entry has no source text")
+                elif text is None or sha256_text(text) != e.sha256:
                     raise RegistryError(f"{e.key}: add_many takes kernel entries with their own source text")
-                path = fresh.source_path(e)
-                if not path.exists():
-                    atomic_write(path, text)
-                elif sha256_text(path.read_text()) != e.sha256:
-                    raise RegistryError(f"{e.key}: {path} exists with other text than the entry's source")
+                else:
+                    path = fresh.source_path(e)
+                    if not path.exists():
+                        atomic_write(path, text)
+                    elif sha256_text(path.read_text()) != e.sha256:
+                        raise RegistryError(f"{e.key}: {path} exists with other text than the entry's source")
                 fresh.entries.setdefault(e.device, {})[e.problem] = e
                 fresh._raw_bad.pop((e.device, e.problem), None)
-            if items:
+                filed.append(e)
+            if filed:
                 atomic_write(self.root / "index.json", fresh.to_json())
             self.entries = fresh.entries
-        return [e for e, _ in items]
+        return filed
 
     def set_lt_algos(self, device_key: str, algos: dict) -> int:
         """Attach cuBLASLt autotune's algorithms ({problem text: lt_algo}) to this device's cublas
