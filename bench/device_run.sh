@@ -2,7 +2,7 @@
 # One device call = one run of this script: install from the tree, then the named stages, with
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
-# ceiling launch.
+# ceiling launch cublas-evidence.
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -67,6 +67,28 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # dynamic smem, cluster, CTAs; a 64x64 tile's first load by TMA (with / without the tensor-map
       # prefetch), cp.async and plain loads (bench/launch_cost.py; seconds).
       timeout 120 python3 bench/launch_cost.py --out "$OUT" 2>&1 | tail -20 ;;
+    cublas-evidence|cublas-evidence:*)
+      # cublas-evidence[:SECONDS] (default 480). A card whose kernels came by transfer (the H100) has no cuBLAS entries: torch.matmul ran 0.965x
+      # of best-cublas on its 1,564 grid shapes without a kernel (runs 87-90). `cudal2 registry
+      # file-cublas` files the call that beat torch.matmul in >= 2 timings; these are two offline
+      # timings of the three calls dispatch can make, over bench/h100_cublas_shapes.txt, the second
+      # after the first is complete, with autotune's cache kept between them (and between calls: it
+      # comes back in the pack), so both time the algorithm filed. Resumable: carry the returned
+      # cublas_ev.tgz as .runpack/cublas_ev.tgz.
+      mkdir -p run ~/.cache/cudal2
+      [ -f .runpack/cublas_ev.tgz ] && [ ! -d run/cublas_ev ] && tar xzf .runpack/cublas_ev.tgz
+      mkdir -p run/cublas_ev && cp run/cublas_ev/lt-autotune-*.json ~/.cache/cudal2/ 2>/dev/null
+      key=$(python3 -c "from cudal2.device import current; print(current().key)")
+      secs=480; [ "$stage" != cublas-evidence ] && secs=${stage#cublas-evidence:}
+      t_end=$(( $(date +%s) + secs ))
+      for pass in 1 2; do
+        left=$(( t_end - $(date +%s) )); [ $left -lt 20 ] && break
+        timeout $left cudal2 compare --shapes bench/h100_cublas_shapes.txt --baselines torch,cublaslt-heuristic,cublaslt-autotune \
+          --mode offline --min-ms 15 --no-table --json run/cublas_ev/pass$pass.json --resume >run/cublas_ev/pass$pass.log 2>&1
+        rc=$?; tail -3 run/cublas_ev/pass$pass.log; cp ~/.cache/cudal2/lt-autotune-$key.json run/cublas_ev/ 2>/dev/null
+        [ $rc = 0 ] || break           # cut short by the time box: the next call resumes this pass
+      done
+      tar czf "$OUT/cublas_ev.tgz" run/cublas_ev ;;
     *)
       echo "unknown stage $stage" ;;
   esac
