@@ -99,14 +99,14 @@ def sync_sources(reg: Registry, dry: bool, root: Path = REPO) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("pack", type=Path, help="run.tgz from a device call")
-    ap.add_argument("--device", default="h200-sm90", help="the card's results folder (bench/results/<device>)")
+    ap.add_argument("--device", default=None, help="the card's results folder (bench/results/<device>; default: "
+                    "the card the pack's run/.card names, else h200-sm90, whose packs predate it)")
     ap.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
     ap.add_argument("--root", type=Path, default=REPO, help="the repo to write into (default: this one)")
     args = ap.parse_args(argv)
     root = args.root
     if not args.pack.is_file():
         ap.error(f"{args.pack} is not a file")
-    out_dir = root / "bench" / "results" / args.device / "grid_search"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         with tarfile.open(args.pack) as tar:
@@ -115,6 +115,14 @@ def main(argv=None) -> int:
         if not (run / "registry" / "index.json").is_file():
             print(f"{args.pack} holds no run/registry/index.json: not a grid_search.sh pack", file=sys.stderr)
             return 2
+        # whose stores these are (grid_search.sh writes run/.card): an H100's must not land in the
+        # H200's folder, where the next H200 call would go on from them
+        card = (run / ".card").read_text().strip() if (run / ".card").is_file() else None
+        if args.device and card and args.device != card:
+            print(f"the pack holds {card}'s search state, not {args.device}'s", file=sys.stderr)
+            return 2
+        device = args.device or card or "h200-sm90"
+        out_dir = root / "bench" / "results" / device / "grid_search"
         reg = Registry.load(run / "registry")
         if reg.bad:
             print(f"the pack's registry refuses {len(reg.bad)} entries: {reg.bad[:3]}", file=sys.stderr)

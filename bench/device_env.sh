@@ -10,3 +10,6 @@ fi
 [ -f .commit ] || git rev-parse --short HEAD >.commit 2>/dev/null || true
 python3 -m pip install -q -e . --no-deps --no-build-isolation >/tmp/install.log 2>&1 || cat /tmp/install.log
 python3 -c "import nvmath" 2>/dev/null || echo "warning: nvmath-python does not import: cuBLAS/cuBLASLt baselines will be unavailable" >&2
+# The card's registry key (h200-sm90, h100-sm90, ...): scripts that keep per-card state read it
+# (grid_search.sh refuses to go on from another card's stores).
+CARD_KEY=$(python3 -c 'from cudal2.device import current; print(current().key)' 2>/dev/null) && export CARD_KEY

@@ -56,8 +56,8 @@
 set -uo pipefail
 if [ "${1:-}" = pack ]; then       # CPU side: no device_env, no store checkpoint, nothing else
   mkdir -p .runpack
-  keep=(run/grid.db run/grid.db.ckpt run/registry)
-  for f in run/grid_nn2.db run/grid_nn2.db.ckpt run/grid_nn_leads.db run/grid_nn_leads.db.ckpt run/models_decode.db run/models_decode.db.ckpt run/lt-autotune-*.json run/compare/compare_grid.rows.jsonl \
+  keep=(run/registry)
+  for f in run/.card run/prior run/grid.db run/grid.db.ckpt run/grid_nn2.db run/grid_nn2.db.ckpt run/grid_nn_leads.db run/grid_nn_leads.db.ckpt run/models_decode.db run/models_decode.db.ckpt run/lt-autotune-*.json run/compare/compare_grid.rows.jsonl \
            run/compare_nt/compare_grid.rows.jsonl run/compare/compare_grid.runs.json run/compare_nt/compare_grid.runs.json; do
     [ -e "$f" ] && keep+=("$f")
   done
@@ -65,10 +65,39 @@ if [ "${1:-}" = pack ]; then       # CPU side: no device_env, no store checkpoin
   exit $?
 fi
 OUT=${OUT:-/tmp/out}
-[ -f .runpack/run.tgz ] && [ ! -f run/grid.db ] && tar xzf .runpack/run.tgz
+[ -f .runpack/run.tgz ] && [ ! -f run/.card ] && [ ! -f run/grid.db ] && tar xzf .runpack/run.tgz
 mkdir -p "$OUT" run
 source "$(dirname "$0")/device_env.sh"
-if [ ! -f run/grid.db ]; then
+# The state in run/ is one card's: its stores hold that card's measurements, and --resume skips the
+# shapes they finished, so an H100 must not go on from the H200's stores (nor file by them). A pack
+# from before run/.card existed is the H200's.
+key=${CARD_KEY:-}                 # device_env.sh's: the card's registry key
+[ -n "$key" ] || { echo "no card key (device_env.sh found no CUDA device): nothing to search"; exit 3; }
+held=$( [ -f run/.card ] && cat run/.card || { [ -f run/grid.db ] && echo h200-sm90; } )
+if [ -n "$held" ] && [ "$held" != "$key" ]; then
+  echo "run/ holds the search state of $held and this card is $key: not mixing them (carry no pack, or $key's)"
+  exit 3
+fi
+# --init-policy's prior: the H200 grid search's policy (on another card a prior only, never its store)
+prior=run/grid.db.ckpt/policy.pt
+if [ "$key" != h200-sm90 ]; then
+  prior=run/prior/run/grid.db.ckpt/policy.pt
+  if [ -z "$held" ]; then
+    # Another card (the H100s the device service lends when no H200 comes): its own committed
+    # stores (bench/adopt_runpack.py --device KEY writes them) if any, else none; the registry
+    # exported whole (generate files under this card's key, beside the other cards' entries).
+    G=bench/results/$key/grid_search
+    echo "run/ for $key from $G (stores: $(ls $G/*_store.db.gz 2>/dev/null | wc -l))"
+    mkdir -p run/prior run/compare run/compare_nt
+    tar xzf bench/results/h200-sm90/grid_search/grid_policy_ckpt.tgz -C run/prior
+    cudal2 registry export run/registry >/dev/null
+    [ -f $G/grid_store.db.gz ] && gunzip -c $G/grid_store.db.gz >run/grid.db
+    for s in grid_nn2 grid_nn_leads models_decode; do
+      [ -f $G/${s}_store.db.gz ] && gunzip -c $G/${s}_store.db.gz >run/$s.db
+    done
+    cp $G/lt-autotune-$key.json run/ 2>/dev/null
+  fi
+elif [ ! -f run/grid.db ]; then
   # No pack carried: start from the committed state (the recipe above), so a call need not carry
   # the 6.6 MB pack beside a tree that is already ~55 MB of the 64 MiB the card takes.
   G=bench/results/h200-sm90/grid_search
@@ -92,6 +121,7 @@ if [ ! -f run/grid.db ]; then
     gunzip -c $G/models_decode_store.db.gz >run/models_decode.db
   fi
 fi
+echo "$key" >run/.card
 # cuBLASLt autotune's choices (baselines.py's on-disk cache) travel in run/ too: the registry's
 # cuBLAS entries record the algorithm that won, so dispatch can run the same one.
 mkdir -p ~/.cache/cudal2 && cp run/lt-autotune-*.json ~/.cache/cudal2/ 2>/dev/null
@@ -118,7 +148,7 @@ search_set() {   # search_set SET SECONDS
   case "$set" in
     grid-nn) shapes=grid; layout=nn; stride=7 ;;
     grid-nn2) shapes=bench/grid_nn2_order.txt; layout=nn; stride=1; store=run/grid_nn2.db
-              extra=(--init-policy run/grid.db.ckpt/policy.pt --lead-specs bench/grid_nn2_leads.txt) ;;
+              extra=(--init-policy "$prior" --lead-specs bench/grid_nn2_leads.txt) ;;
     # The nn grid's cheap pass: per shape only the nt search's best spec (the lead) and the cost
     # model's best one, no policy group (budget 2 = the seed list), in grid-nn2's order and a store
     # of its own (run/grid_nn_leads.db, so a later grid-nn2 still searches every shape). The
@@ -128,7 +158,7 @@ search_set() {   # search_set SET SECONDS
     # where grid-nn2 needs ~55.
     grid-nn-leads) shapes=bench/grid_nn2_order.txt; layout=nn; stride=1; store=run/grid_nn_leads.db
               budget=2; sl=cost:2; co=(--cost-model "${COST_MODEL:-$COST_DEFAULT}")
-              extra=(--init-policy run/grid.db.ckpt/policy.pt --lead-specs bench/grid_nn2_leads.txt) ;;
+              extra=(--init-policy "$prior" --lead-specs bench/grid_nn2_leads.txt) ;;
     grid-nt) shapes=bench/grid_nt_order.txt; layout=nt; stride=1 ;;
     models)  shapes=bench/model_set.txt; layout=nt; stride=11; extra=(--m-buckets) ;;
     # The model set's 96 decode shapes (M <= 32; bench/model_decode_set.txt, the M <= 32 lines of
@@ -137,7 +167,7 @@ search_set() {   # search_set SET SECONDS
     # (run/models_decode.db: models' store has finished these shapes, and --resume would skip them).
     # Files into the same registry, where an entry is replaced only by a higher speedup.
     models-decode) shapes=bench/model_decode_set.txt; layout=nt; stride=1; store=run/models_decode.db
-              extra=(--m-buckets --init-policy run/grid.db.ckpt/policy.pt) ;;
+              extra=(--m-buckets --init-policy "$prior") ;;
     *) echo "unknown SET $set (grid-nn | grid-nt | models | models-decode | grid-nn2 | grid-nn-leads)"; return 2 ;;
   esac
   n=$(ls "$OUT"/generate_*.log 2>/dev/null | wc -l)

@@ -33,6 +33,10 @@ def main(argv=None) -> int:
     b.add_argument("--from", dest="from_key", required=True, help="the source card's key, e.g. h200-sm90")
     b.add_argument("--to", dest="to_key", default=None, help="the target card's key (default: this machine's card)")
     b.add_argument("--out", required=True, help="a new directory for the transferred registry")
+    b.add_argument("--searched-only", action="store_true", help="leave out the source card's entries that came "
+                   "to it by a transfer (an H100's searched winners only, for the H200)")
+    b.add_argument("--against", default=None, help="a registry holding the target card's entries: kernels it "
+                   "already files at their problem (same spec) are left out")
     f = sub.add_parser("file", help="file the kernels a compare on the target card shows winning")
     f.add_argument("compare", help="the `cudal2 compare --json` file of the build's shapes, --mode both")
     f.add_argument("--from", dest="from_key", required=True, help="the source card's key, e.g. h200-sm90")
@@ -48,7 +52,8 @@ def main(argv=None) -> int:
             if to_key is None:
                 from cudal2.device import current
                 to_key = current().key
-            moved = transfer.for_timing(args.registry, args.from_key, to_key, args.out)
+            moved = transfer.for_timing(args.registry, args.from_key, to_key, args.out,
+                                        searched_only=args.searched_only, against=args.against)
             print(f"{len(moved)} kernel entries of {args.from_key} filed as {to_key} in {args.out} "
                   f"(shapes: {args.out}/shapes.txt)")
             return 0

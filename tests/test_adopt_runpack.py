@@ -12,8 +12,9 @@ from cudal2.registry.index import Registry
 adopt = load_bench("adopt_runpack")
 
 
-def _pack(tmp_path, keep_keys, store_rows):
-    """A pack as grid_search.sh leaves it: run/registry (a few shipped entries), run/grid.db."""
+def _pack(tmp_path, keep_keys, store_rows, card=None):
+    """A pack as grid_search.sh leaves it: run/registry (a few shipped entries), run/grid.db, and
+    run/.card naming the card (`card`; None: a pack from before .card was written)."""
     run = tmp_path / "pack" / "run"
     Registry.load().export(run / "registry")
     reg = Registry.load(run / "registry")
@@ -27,6 +28,8 @@ def _pack(tmp_path, keep_keys, store_rows):
     db.close()
     (run / "grid.db.ckpt").mkdir()
     (run / "grid.db.ckpt" / "policy.pt").write_bytes(b"weights %d" % store_rows)
+    if card:
+        (run / ".card").write_text(card + "\n")
     path = tmp_path / f"run{store_rows}.tgz"
     with tarfile.open(path, "w:gz") as tar:
         tar.add(run, arcname="run")
@@ -121,3 +124,19 @@ def test_adopt_refuses_what_is_not_a_pack(tmp_path, capsys):
     assert "not a grid_search.sh pack" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         adopt.main([str(tmp_path / "missing.tgz")])
+
+
+def test_an_h100_pack_lands_in_the_h100_folder_and_is_refused_elsewhere(tmp_path, capsys):
+    """grid_search.sh on an H100 keeps stores of its own (run/.card says whose): adopting its pack
+    writes them under bench/results/h100-sm90/, never over the H200's, which the next H200 call
+    would go on from."""
+    keys = _three_keys()
+    root = tmp_path / "repo"
+    pack = _pack(tmp_path, set(keys), store_rows=4, card="h100-sm90")
+    assert adopt.main([str(pack), "--root", str(root), "--device", "h200-sm90"]) == 2
+    assert "holds h100-sm90's search state, not h200-sm90's" in capsys.readouterr().err
+    assert not (root / "bench/results/h200-sm90").exists()
+    assert adopt.main([str(pack), "--root", str(root)]) == 0
+    with gzip.open(root / "bench/results/h100-sm90/grid_search/grid_store.db.gz") as f:
+        assert f.read() == (tmp_path / "pack/run/grid.db").read_bytes()
+    assert not (root / "bench/results/h200-sm90").exists()

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cudal2.problems import read_shape_file
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -41,23 +43,29 @@ exit 0
 """
 
 
-def _run(tmp_path, stop_at, args=("search-all", "600"), extra_env=None):
+def _run(tmp_path, stop_at, args=("search-all", "600"), extra_env=None, card="h200-sm90", held=None):
     """bench/grid_search.sh ARGS (search-all 600) in a scratch copy: device_env.sh stubbed (it would
     pip install), `cudal2` a stub that logs its arguments; returns the logged generate calls."""
     work = tmp_path / "w"
     (work / "bench").mkdir(parents=True)
     shutil.copy(BENCH / "grid_search.sh", work / "bench")
-    (work / "bench" / "device_env.sh").write_text("true\n")
+    # the stub card is an H200 unless a test says otherwise (device_env.sh exports the card's key)
+    (work / "bench" / "device_env.sh").write_text(f"export CARD_KEY={card}\n")
     binp = tmp_path / "bin"
     binp.mkdir()
+    if held is not None:                  # run/ from an earlier call: its card's stores ("" = before .card)
+        (work / "run").mkdir()
+        (work / "run" / ("grid.db" if held == "" else ".card")).write_text(held)
     (binp / "cudal2").write_text(STUB)
     (binp / "cudal2").chmod(0o755)
     log = tmp_path / "calls.log"
     env = {**os.environ, "PATH": f"{binp}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
            "STUB_LOG": str(log), "STUB_STOP_AT": stop_at, "HOME": str(tmp_path), **(extra_env or {})}
-    subprocess.run(["bash", "bench/grid_search.sh", *args], cwd=work, env=env,
-                   capture_output=True, text=True, timeout=60)
-    return [line for line in log.read_text().splitlines() if line.startswith("generate")]
+    res = subprocess.run(["bash", "bench/grid_search.sh", *args], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=60)
+    _run.result = res
+    calls = log.read_text().splitlines() if log.exists() else []
+    return [line for line in calls if line.startswith("generate")]
 
 
 def test_search_all_runs_the_three_sets_in_order_with_resume(tmp_path):
@@ -98,3 +106,26 @@ def test_models_decode_searches_the_decode_shapes_again_in_its_own_store(tmp_pat
     assert "--store run/models_decode.db" in call and "--registry run/registry" in call
     assert "--m-buckets" in call and "--resume" in call and "--seed-list cost:4" in call
     assert "--init-policy run/grid.db.ckpt/policy.pt" in call
+
+
+def test_another_card_searches_in_stores_of_its_own_with_the_h200_policy_as_prior(tmp_path):
+    """On an H100 (what the device service lends when no H200 comes) the leads pass starts from that
+    card's committed stores or none, never the H200's (--resume would skip what the H200 finished and
+    the store would mix two cards' times), with the H200 search's policy as the prior; run/.card
+    says whose state run/ is, so the pack that comes back is adopted under that card."""
+    (call,) = _run(tmp_path, "none", ("search", "300"), {"SET": "grid-nn-leads"}, card="h100-sm90")
+    assert "--store run/grid_nn_leads.db" in call and "--registry run/registry" in call
+    assert "--init-policy run/prior/run/grid.db.ckpt/policy.pt" in call
+    assert (tmp_path / "w" / "run" / ".card").read_text().strip() == "h100-sm90"
+    out = _run.result.stdout
+    assert "run/ for h100-sm90 from bench/results/h100-sm90/grid_search" in out
+
+
+@pytest.mark.parametrize("held", ["h200-sm90", ""])
+def test_a_card_refuses_to_go_on_from_another_cards_search_state(tmp_path, held):
+    calls = _run(tmp_path, "none", ("search", "300"), {"SET": "grid-nn-leads"}, card="h100-sm90", held=held)
+    assert calls == [] and _run.result.returncode == 3
+    assert "holds the search state of h200-sm90 and this card is h100-sm90" in _run.result.stdout
+    # the same state on its own card goes on
+    calls = _run(tmp_path / "again", "none", ("search", "300"), {"SET": "grid-nn-leads"}, held=held)
+    assert len(calls) == 1 and "--init-policy run/grid.db.ckpt/policy.pt" in calls[0]

@@ -1,4 +1,5 @@
 """cudal2.registry.transfer and bench/transfer_registry.py: another card's kernels timed and filed here."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -61,6 +62,39 @@ def test_build_refuses_same_card_no_kernels_and_an_existing_registry(tmp_path):
     transfer.for_timing(str(src), "h200-sm90", "h100-sm90", tmp_path / "c")
     with pytest.raises(RegistryError, match="already holds a registry"):
         transfer.for_timing(str(src), "h200-sm90", "h100-sm90", tmp_path / "c")
+
+
+def test_build_searched_only_leaves_out_transferred_entries_and_the_targets_own_kernels(tmp_path):
+    """The H100 -> H200 direction: the H100's index holds kernels that came from the H200 (times.
+    transferred_from) beside its own search's winners; only the latter are worth the H200's time,
+    and of those not a kernel the H200 already files at that problem."""
+    src, keep = _source(tmp_path, n_each=2)
+    reg = Registry.load(src)
+    kernels = [e for e in reg.all("h200-sm90") if e.backend != "cublas"]
+    came, own_same, own_new = kernels[0], kernels[1], kernels[2:]
+    # as the H100's: `came` transferred, `own_same` searched to the kernel the target already files
+    for e in kernels:
+        e.device = "h100-sm90"
+    came.times = {**came.times, "transferred_from": {"device": "h200-sm90"}}
+    target = tmp_path / "target"
+    Registry.load().export(target)
+    t = Registry.load(target)
+    t.entries = {"h200-sm90": {own_same.problem: dataclasses.replace(own_same, device="h200-sm90")}}
+    (target / "index.json").write_text(t.to_json())
+    reg.entries = {"h100-sm90": {e.problem: e for e in kernels}}
+    (src / "index.json").write_text(reg.to_json())
+    moved = transfer.for_timing(str(src), "h100-sm90", "h200-sm90", tmp_path / "x", searched_only=True,
+                                against=str(target))
+    assert sorted(e.problem for e in moved) == sorted(e.problem for e in own_new)
+    everything = transfer.for_timing(str(src), "h100-sm90", "h200-sm90", tmp_path / "y")
+    assert len(everything) == len(kernels)
+    with pytest.raises(RegistryError, match="left to time"):
+        only = tmp_path / "only"
+        Registry.load().export(only)
+        o = Registry.load(only)
+        o.entries = {"h100-sm90": {came.problem: came}}
+        (only / "index.json").write_text(o.to_json())
+        transfer.for_timing(str(only), "h100-sm90", "h200-sm90", tmp_path / "z", searched_only=True)
 
 
 def _row(e, off=1.10, srv_torch=1.05, status="ok", spec=None):

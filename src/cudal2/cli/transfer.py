@@ -34,6 +34,9 @@ def transfer_cmd(
     baselines_arg: Optional[str] = typer.Option(None, "--baselines", help="compare's --baselines (default: all "
                                                 "five; refused where one cannot be built)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="time, then print the verdicts without filing"),
+    searched_only: bool = typer.Option(False, "--searched-only", help="only the source card's own search "
+                                       "winners: leave out its entries that came to it by a transfer, and "
+                                       "kernels --registry already files here at the same problem"),
 ) -> None:
     """Time another card's kernels on this card and file those that win here."""
     from .errors import fail
@@ -62,7 +65,8 @@ def transfer_cmd(
     with tempfile.TemporaryDirectory(prefix="cudal2-transfer-") as tmp:
         scratch = Path(tmp) / "registry"
         try:
-            moved = transfer.for_timing(str(source.root), from_key, here, scratch)
+            moved = transfer.for_timing(str(source.root), from_key, here, scratch, searched_only=searched_only,
+                                        against=str(target.root) if searched_only else None)
         except RegistryError as e:
             fail(str(e))
             return

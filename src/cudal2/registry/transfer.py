@@ -36,10 +36,17 @@ from .record import lost_cold
 CHECKS = ("random", "exact", "poison", "guard", "fresh")     # what compare's kernel_source runs
 
 
-def for_timing(src, from_key: str, to_key: str, dest) -> list[Entry]:
+def for_timing(src, from_key: str, to_key: str, dest, searched_only: bool = False,
+               against=None) -> list[Entry]:
     """The kernel entries of `from_key` in registry `src`, filed under `to_key` in a new registry
     at `dest` with their sources (hash-checked), and dest/shapes.txt: their problems, layouts
-    interleaved and each in a fixed shuffle, so a compare cut short has spread over both."""
+    interleaved and each in a fixed shuffle, so a compare cut short has spread over both.
+    `searched_only`: leave out the entries that came to `from_key` by a transfer themselves
+    (`times.transferred_from`): timing them again on the card they came from teaches nothing.
+    `against`: a registry whose `to_key` entries are the target's; an entry whose kernel it already
+    files at that problem (same spec) is left out too. Why both: the H100s the device service lends
+    search (grid_search.sh keeps their stores apart), and their new winners go to the H200 for the
+    price of a compare (~0.9 s a shape) instead of an H200 search (~2 s a shape)."""
     reg = Registry.load(src)
     if from_key == to_key:
         raise RegistryError(f"--from and --to are both {from_key}: nothing to transfer")
@@ -47,6 +54,14 @@ def for_timing(src, from_key: str, to_key: str, dest) -> list[Entry]:
     if not kernels:
         have = ", ".join(sorted(reg.entries)) or "none"
         raise RegistryError(f"registry {src} has no kernel entries for {from_key} (devices: {have})")
+    if searched_only:
+        kernels = [e for e in kernels if "transferred_from" not in (e.times or {})]
+    if against is not None:
+        held = Registry.load(against).entries.get(to_key, {})
+        kernels = [e for e in kernels if not (e.problem in held and held[e.problem].spec == e.spec)]
+    if not kernels:
+        raise RegistryError(f"no kernel entry of {from_key} is left to time on {to_key} "
+                            "(all came by transfer or are the target's own already)")
     dest = Path(dest)
     if (dest / "index.json").exists():
         raise RegistryError(f"{dest} already holds a registry; give a new directory")
