@@ -36,6 +36,35 @@ def latest_rows(rows: list[dict]) -> list[dict]:
     return [r for i, r in enumerate(rows) if last[(r["shape"], r["layout"])] == i]
 
 
+def settle_here(rows: list[dict], jl: Path, runs_path: Path, old_json: Path, registry: str) -> list[dict]:
+    """--finish --retime-stale on a machine without the card: the stale rows whose entry dispatches
+    torch.matmul now take their own torch column (compare_rows.settle_torch), judged by the card
+    key and the cuBLASLt version the compare's JSON recorded (what dispatch chooses depends on
+    both); appended to the rows file like re-timed rows. The rest stay stale for a card."""
+    from cudal2.compare_rows import first_run_ts, settle_torch, stale_rows
+    from cudal2.problems import Problem
+    from cudal2.registry import Registry
+    if not old_json.exists():
+        raise SystemExit(f"error: {old_json} missing: settling needs the card and cuBLASLt version it recorded")
+    vers = json.loads(old_json.read_text()).get("versions", {})
+    key, lt = vers.get("device_key"), vers.get("cublasLt")
+    if not key:
+        raise SystemExit(f"error: {old_json} records no device_key")
+    entries = {e.problem: e for e in Registry.load(registry).all(key)}
+    earlier = json.loads(runs_path.read_text()) if runs_path.exists() else []
+    stale = stale_rows(rows, entries, lt, first_run_ts(earlier))
+    settled = settle_torch(rows, entries, lt, stale)
+    if settled:
+        with jl.open("a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in settled)
+    left = len(stale) - len(settled)
+    print(f"--retime-stale --finish ({key}, cuBLASLt {lt}): {len(settled)} of {len(stale)} stale rows settled "
+          f"from their own torch.matmul column; {left} need the card"
+          + (f" (e.g. {next(k for k in stale if k not in {Problem(r['M'], r['N'], r['K'], r['layout']).text for r in settled})})"
+             if left else ""))
+    return latest_rows(rows + settled)
+
+
 def first_then_rest(problems: list, first_file: str) -> list:
     """`problems` with the ones FIRST_FILE names moved to the front in the file's order (shapes the
     file names off this list are ignored: a leads store may hold the other layout's shapes)."""
@@ -77,7 +106,10 @@ def main(argv=None) -> int:
     ap.add_argument("--retime-stale", action="store_true",
                     help="with --registry: also time again the rows that no longer time what dispatch runs "
                          "(a re-search or a guard re-filed the entry, add-timings chose another call; "
-                         "cudal2.compare_rows.stale_rows); each new row replaces its old one")
+                         "cudal2.compare_rows.stale_rows); each new row replaces its old one. Rows whose "
+                         "shape dispatches torch.matmul now are settled from their own torch.matmul column "
+                         "instead (compare_rows.settle_torch); with --finish (no card) only that is done, "
+                         "by the card and cuBLASLt version the compare JSON recorded")
     args = ap.parse_args(argv)
     if args.retime_stale and not args.registry:
         ap.error("--retime-stale needs --registry (what dispatch runs is the registry's)")
@@ -112,15 +144,29 @@ def main(argv=None) -> int:
     chunk = problems[args.start: None if args.count is None else args.start + args.count]
     todo = [p for p in chunk if (p.shape, p.layout) not in have]
     kernel_for = None
+    if args.registry and args.finish and args.retime_stale:
+        # no card: settle what needs no timing, by the card and cuBLASLt the compare recorded
+        rows = settle_here(rows, jl, runs_path, out / f"{name}.json", args.registry)
     if args.registry and not args.finish:
         from cudal2.cli.compare import kernel_source
         from cudal2.registry import Registry
         entries = {e.problem: e for e in Registry.load(args.registry).all(current().key)}
         if args.retime_stale:
             from cudal2.lt_dispatch import lt_version
-            from cudal2.compare_rows import first_run_ts, stale_rows
+            from cudal2.compare_rows import first_run_ts, settle_torch, stale_rows
+            from cudal2.problems import Problem
             earlier = json.loads(runs_path.read_text()) if runs_path.exists() else []
             stale = stale_rows(rows, entries, lt_version(), first_run_ts(earlier))
+            # rows now dispatching torch.matmul take their own torch column (compare_rows.settle_torch)
+            settled = settle_torch(rows, entries, lt_version(), stale)
+            if settled:
+                with jl.open("a") as f:
+                    f.writelines(json.dumps(r) + "\n" for r in settled)
+                rows = latest_rows(rows + settled)
+                for r in settled:
+                    stale.pop(Problem(r["M"], r["N"], r["K"], r["layout"]).text, None)
+                print(f"--retime-stale: {len(settled)} rows now dispatching torch.matmul settled from their own "
+                      "torch.matmul column (no timing)")
             todo = [p for p in chunk if (p.shape, p.layout) not in have or p.text in stale]
             print(f"--retime-stale: {len(stale)} of {len(rows)} rows no longer time what dispatch runs "
                   f"({sum(1 for p in chunk if p.text in stale)} in this chunk): timed again")

@@ -5,7 +5,7 @@ import pytest
 from bench_import import load_bench
 from cudal2.problems import Problem
 from cudal2.registry.entry import Entry
-from cudal2.compare_rows import dispatched_now, first_run_ts, resume_rows, row_dispatch, stale_rows
+from cudal2.compare_rows import dispatched_now, first_run_ts, resume_rows, row_dispatch, settle_torch, stale_rows
 
 DEV = "h200-sm90"
 WGMMA = "backend=cuda family=wgmma bm=128 bn=128 bk=64 warps=12 stages=5 group_m=8 split_k=1 subtile=1 warp_spec=1 cluster=1"
@@ -131,3 +131,74 @@ def test_resume_refuses_other_settings():
     doc = {"config": {**CONFIG, "min_ms": 100.0}, "rows": []}
     with pytest.raises(ValueError, match="min_ms=100.0 and this run asks 20.0"):
         resume_rows(doc, [P[0]], CONFIG, None, None)
+
+
+def timed(r: dict, torch_us=10.0, cudal2_us=9.0) -> dict:
+    """A row with both modes' torch.matmul and cudal2 columns, as a compare writes them."""
+    return {**r, "offline_torch_median_us": torch_us, "server_torch_mean_us": torch_us * 1.2,
+            "offline_best_cublas_us": 9.5, "server_best_cublas_us": 11.0,
+            "offline_cudal2_median_us": cudal2_us, "offline_cudal2_vs_best": 9.5 / cudal2_us,
+            "server_cudal2_mean_us": cudal2_us * 1.2, "eager_cudal2_us": 20.0}
+
+
+def test_rows_now_dispatching_torch_settle_from_their_own_torch_column():
+    """A guard or add-timings sent the shape to torch.matmul after the row was timed: the row's
+    torch.matmul column (same interleaved run) is what a compare records there, so no re-time."""
+    entries = {e.problem: e for e in [cublas(P[0], "torch"), cublas(P[1], "torch"), kernel(P[2]),
+                                      cublas(P[3], "cublaslt-heuristic"), cublas(P[4], "torch")]}
+    rows = [timed(row(P[0], "kernel", WGMMA, ts=200.0)),          # kernel -> torch: settled
+            timed(row(P[1], "cublaslt-autotune", ts=200.0)),       # autotune -> torch: settled
+            timed(row(P[2], "kernel", OTHER, ts=200.0)),           # another kernel: needs the card
+            timed(row(P[3], "cublaslt-autotune", ts=200.0)),       # -> heuristic: needs the card
+            row(P[4], "kernel", WGMMA, ts=200.0)]                  # no torch column: needs the card
+    st = stale_rows(rows, entries, 130100, None)
+    assert set(st) == {P[0].text, P[1].text, P[2].text, P[3].text, P[4].text}
+    settled = settle_torch(rows, entries, 130100, st)
+    assert [r["shape"] for r in settled] == [P[0].shape, P[1].shape]
+    for new, old in zip(settled, rows):
+        assert not any("cudal2" in k and k not in ("status_cudal2", "cudal2_settled") for k in new)
+        assert new["offline_torch_median_us"] == old["offline_torch_median_us"] and new["ts"] == old["ts"]
+        assert row_dispatch(new) == "torch" and new["cudal2_settled"]["was"] == old["cudal2_via"]
+    # settled rows are current; the originals are untouched
+    assert stale_rows(settled, entries, 130100, None) == {} and rows[0]["cudal2_via"] == "kernel"
+    # without cuBLASLt here, P[3]'s heuristic entry dispatches torch.matmul too: settling follows dispatch
+    assert P[3].shape in [r["shape"] for r in settle_torch(rows, entries, None, stale_rows(rows, entries, None, None))]
+    # a resumed compare keeps the settled rows and times only the others
+    doc = {"config": dict(CONFIG), "runs": [{"ts": "2026-12-05T05:00:00Z"}], "rows": rows}
+    kept, todo, stale = resume_rows(doc, P[:5], CONFIG, entries, 130100)
+    assert sorted(r["shape"] for r in kept) == sorted([P[0].shape, P[1].shape])
+    assert all(r.get("cudal2_settled") for r in kept)
+    assert [p.text for p in todo] == [P[2].text, P[3].text, P[4].text] and set(stale) == {P[2].text, P[3].text, P[4].text}
+
+
+def test_grid_baselines_settles_on_a_cpu_by_the_card_the_compare_recorded(tmp_path, capsys):
+    """--finish --retime-stale without a GPU: the compare JSON's device_key and cuBLASLt decide what
+    dispatch runs; the settled rows are appended, the files rewritten, and a second run finds none."""
+    import json
+    from cudal2.problems import grid
+    from cudal2.registry import Registry
+    gb = load_bench("grid_baselines")
+    shapes = grid("nn")[:3]
+    reg = tmp_path / "reg"
+    reg.mkdir()
+    Registry.load(reg).add_many([(cublas(shapes[0], "torch"), None)])   # shapes[1], [2]: no entry
+    rows = []
+    for p in shapes:
+        r = timed(row(p, "kernel", WGMMA, ts=50.0))
+        r.update({"gflop": p.flops / 1e9, "class": "<1GF", "offline_torch_vs_best": 0.95})
+        rows.append(r)
+    out = tmp_path / "cmp"
+    out.mkdir()
+    (out / "compare_grid.rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "compare_grid.json").write_text(json.dumps({"versions": {"device_key": DEV, "cublasLt": 130100},
+                                                       "peak": {}, "rows": rows}))
+    args = ["--layout", "nn", "--registry", str(reg), "--out", str(out), "--retime-stale", "--finish"]
+    assert gb.main(args) == 0
+    assert "1 of 1 stale rows settled" in capsys.readouterr().out
+    doc = json.loads((out / "compare_grid.json").read_text())
+    got = {r["shape"]: r for r in doc["rows"]}
+    assert got[shapes[0].shape]["cudal2_settled"]["was"] == "kernel"
+    assert "offline_cudal2_median_us" not in got[shapes[0].shape]
+    assert got[shapes[1].shape]["offline_cudal2_median_us"] == 9.0       # no entry: not stale, kept
+    assert gb.main(args) == 0
+    assert "0 of 0 stale rows settled" in capsys.readouterr().out

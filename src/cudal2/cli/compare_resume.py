@@ -32,7 +32,11 @@ def resume_state(json_path, problems, cfg, modes, names, source, registry, spec,
     why: dict[str, int] = {}
     for v in stale.values():
         why[v] = why.get(v, 0) + 1
-    typer.echo(f"--resume {json_path}: {len(kept)} rows kept, {len(todo)} shapes to time"
+    was = {id(o) for o in doc.get("rows") or []}
+    settled = sum(1 for r in kept if r.get("cudal2_settled") and id(r) not in was)
+    typer.echo(f"--resume {json_path}: {len(kept)} rows kept"
+               + (f" ({settled} settled from their own torch.matmul column: dispatch calls it now)" if settled else "")
+               + f", {len(todo)} shapes to time"
                + (f" ({len(stale)} timed again: " + "; ".join(f"{n} {w}" for w, n in why.items()) + ")"
                   if stale else ""))
     return kept, todo, list(doc.get("runs") or [])
