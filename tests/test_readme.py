@@ -78,7 +78,7 @@ def test_cli_examples_run(workdir):
         if "--replay" in cmd and "--cost-model" not in cmd:
             replay_err = r.stderr
     outs = dict(ran)
-    assert len(ran) == 13
+    assert len(ran) == 14
     interp = next(o for c, o in ran if "--interpret" in c)
     assert interp.count("PASS") == 6
     replay = next(o for c, o in ran if "--replay" in c)
@@ -104,6 +104,10 @@ def test_cli_examples_run(workdir):
     assert "--server-guard 0.97: 0 kernel entries re-filed as cuBLAS" in added      # applied before shipping
     assert (workdir / "runs" / "my-registry" / "index.json").is_file()
     assert "0 entries re-rendered" in outs["cudal2 registry rerender --registry runs/my-registry"]
+    # the H100's whole-grid compare (runs 87-90): its shapes without an entry, one timing each, so
+    # no cuBLASLt call qualifies (>= 2 timings) and every entry it would file calls torch.matmul
+    filed = next(o for c, o in ran if c.startswith("cudal2 registry file-cublas"))
+    assert re.search(r"h100-sm90: would file 8\d\d cuBLAS entries \(torch 8\d\d\)", filed), filed
     probs = outs["cudal2 problems --hf-config config.json --tokens 1,16,128,2048"].split()
     assert "1x1024x1024:nt" in probs and "2048x8192x1024:nt" in probs
 
