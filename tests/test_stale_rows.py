@@ -202,3 +202,36 @@ def test_grid_baselines_settles_on_a_cpu_by_the_card_the_compare_recorded(tmp_pa
     assert got[shapes[1].shape]["offline_cudal2_median_us"] == 9.0       # no entry: not stale, kept
     assert gb.main(args) == 0
     assert "0 of 0 stale rows settled" in capsys.readouterr().out
+
+
+def test_settle_compare_writes_a_new_settled_file_and_names_what_needs_the_card(tmp_path, capsys):
+    import gzip
+    import json
+    from cudal2.registry import Registry
+    sc = load_bench("settle_compare")
+    reg = tmp_path / "reg"
+    reg.mkdir()
+    Registry.load(reg).add_many([(cublas(P[0], "torch"), None), (cublas(P[1], "cublaslt-heuristic"), None)])
+    rows = []
+    for p in P[:3]:
+        r = timed(row(p, "kernel", WGMMA, ts=50.0))
+        r.update({"gflop": p.flops / 1e9, "offline_torch_vs_best": 9.5 / 10.0})
+        rows.append(r)
+    src = tmp_path / "run9_compare.json.gz"
+    doc = {"versions": {"device_key": DEV, "cublasLt": 130100}, "config": {"modes": ["offline"], "baselines": ["torch"]},
+           "runs": [], "summary": {}, "rows": rows}
+    with gzip.open(src, "wt") as f:
+        json.dump(doc, f)
+    out = tmp_path / "run9_compare_settled.json.gz"
+    assert sc.main([str(src), "--out", str(out), "--registry", str(reg)]) == 0
+    said = capsys.readouterr().out
+    assert "1 of 2 stale rows settled" in said and f"needs the card: {P[1].text}" in said
+    new = json.loads(gzip.open(out, "rt").read())
+    got = {r["shape"]: r for r in new["rows"]}
+    assert got[P[0].shape]["cudal2_settled"]["was"] == "kernel" and "offline_cudal2_median_us" not in got[P[0].shape]
+    assert got[P[2].shape]["offline_cudal2_median_us"] == 9.0 and new["versions"] == doc["versions"]
+    # the summary is recomputed over the rows that have a cudal2 column: P[1] and P[2]
+    assert new["summary"]["offline"]["cudal2 vs best-cublas"]["all"]["n"] == 2
+    assert json.loads(gzip.open(src, "rt").read()) == doc                     # the run's record untouched
+    with pytest.raises(SystemExit):
+        sc.main([str(src), "--out", str(src)])
