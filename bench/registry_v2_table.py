@@ -68,6 +68,20 @@ def read_index(path: str | None, device_key: str) -> dict:
     return data.get("devices", {}).get(device_key, {}).get("entries", {})
 
 
+def stale_count(data: dict, index: str | None, key: str) -> int | None:
+    """How many of the compare's rows no longer time what dispatch runs by `index`
+    (cudal2.compare_rows.stale_rows, with the cuBLASLt version the compare recorded): their figure is
+    of a call the registry has since replaced, so the set's figure is partly of an older registry.
+    None without an index."""
+    if not index:
+        return None
+    from cudal2.compare_rows import first_run_ts, stale_rows
+    from cudal2.registry import Registry
+    entries = {e.problem: e for e in Registry.load(index).all(key)}
+    lt = (data.get("versions") or {}).get("cublasLt")
+    return len(stale_rows(data["rows"], entries, lt, first_run_ts(data.get("runs"))))
+
+
 def _last_run(data: dict) -> float | None:
     """The compare's last run as a POSIX time (None where the file does not say: a one-run compare
     of `cudal2 compare` carries no run stamps, and its peak's `measured_at` may be a cached peak's)."""
@@ -168,7 +182,10 @@ def markdown(sets: dict, verify: str | None, command: str) -> str:
     for name, s in sets.items():
         v = s["versions"]
         out.append(f"- {name}: `{s['path']}` ({s['figures']['all']['shapes']} shapes; commit {v.get('commit', '?')}, "
-                   f"{v.get('card', '?')}; complete: {s['complete']}; kernels known by: {s['attributed_by']})")
+                   f"{v.get('card', '?')}; complete: {s['complete']}; kernels known by: {s['attributed_by']}"
+                   + ("" if s.get("stale") is None else
+                      f"; **{s['stale']} rows stale**: they timed a call the index has since replaced"
+                      if s["stale"] else "; no row stale against the index") + ")")
     out += ["", "| set | target offline | offline | server (target 1.10) | worst vs torch.matmul, offline / server "
             "(target 0.97) | generated kernel beats best-cublas, offline (target 50%) |",
             "| --- | --- | --- | --- | --- | --- |"]
@@ -236,7 +253,8 @@ def main(argv=None) -> int:
              f"the index, entries filed by the compare's last run" if last is not None else
              "the index as it is (the compare has no run stamps)")
         sets[name] = {"path": path, "versions": versions, "complete": data.get("complete"),
-                      "attributed_by": how, "figures": set_figures(data["rows"], kinds)}
+                      "attributed_by": how, "figures": set_figures(data["rows"], kinds),
+                      "stale": stale_count(data, args.index, key)}
     verify = verify_line(args.verify)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
