@@ -31,7 +31,9 @@
 # them out again packed: `mkdir -p .runpack && cp <files_at>/run.tgz .runpack/` and the next call's
 # `carry: [".runpack", ".whl", ".commit"]`; this script unpacks .runpack/run.tgz when run/ has no
 # store. (Carrying run/ unpacked went over the device's 64 MiB tree limit on 2026-12-03: the store
-# is 26 MB, 6 MB packed.)
+# is 26 MB, 6 MB packed.) run/ is one card's (run/.card names it): on another card than the H200
+# the state starts from bench/results/<card>/grid_search/ (see below), and a run/ or pack of
+# another card is refused.
 # To go on from the committed state (2026-12-05: grid nn all 1000 searched and compared;
 # the model set all 224 searched with cost:4, its 80 shapes with M <= 16 again with the stream
 # rule's seeds, its 96 with M <= 32 again with the trimmed wgmma lead (models-decode, run 68),
