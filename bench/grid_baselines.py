@@ -36,13 +36,24 @@ def latest_rows(rows: list[dict]) -> list[dict]:
     return [r for i, r in enumerate(rows) if last[(r["shape"], r["layout"])] == i]
 
 
+def settle_rows(rows: list[dict], jl: Path, runs_path: Path, entries: dict, lt: int | None
+                ) -> tuple[list[dict], dict[str, str], int]:
+    """(rows, {problem: why} still stale, how many settled): the stale rows whose entry dispatches
+    torch.matmul now take their own torch column (compare_rows.settle), appended to the rows file
+    like re-timed rows."""
+    from cudal2.compare_rows import first_run_ts, settle
+    earlier = json.loads(runs_path.read_text()) if runs_path.exists() else []
+    settled, stale = settle(rows, entries, lt, first_run_ts(earlier))
+    if settled:
+        with jl.open("a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in settled)
+    return latest_rows(rows + settled), stale, len(settled)
+
+
 def settle_here(rows: list[dict], jl: Path, runs_path: Path, old_json: Path, registry: str) -> list[dict]:
-    """--finish --retime-stale on a machine without the card: the stale rows whose entry dispatches
-    torch.matmul now take their own torch column (compare_rows.settle_torch), judged by the card
-    key and the cuBLASLt version the compare's JSON recorded (what dispatch chooses depends on
-    both); appended to the rows file like re-timed rows. The rest stay stale for a card."""
-    from cudal2.compare_rows import first_run_ts, settle_torch, stale_rows
-    from cudal2.problems import Problem
+    """--finish --retime-stale on a machine without the card: settle_rows, judged by the card key
+    and the cuBLASLt version the compare's JSON recorded (what dispatch chooses depends on both).
+    The rest stay stale for a card."""
     from cudal2.registry import Registry
     if not old_json.exists():
         raise SystemExit(f"error: {old_json} missing: settling needs the card and cuBLASLt version it recorded")
@@ -51,18 +62,11 @@ def settle_here(rows: list[dict], jl: Path, runs_path: Path, old_json: Path, reg
     if not key:
         raise SystemExit(f"error: {old_json} records no device_key")
     entries = {e.problem: e for e in Registry.load(registry).all(key)}
-    earlier = json.loads(runs_path.read_text()) if runs_path.exists() else []
-    stale = stale_rows(rows, entries, lt, first_run_ts(earlier))
-    settled = settle_torch(rows, entries, lt, stale)
-    if settled:
-        with jl.open("a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in settled)
-    left = len(stale) - len(settled)
-    print(f"--retime-stale --finish ({key}, cuBLASLt {lt}): {len(settled)} of {len(stale)} stale rows settled "
-          f"from their own torch.matmul column; {left} need the card"
-          + (f" (e.g. {next(k for k in stale if k not in {Problem(r['M'], r['N'], r['K'], r['layout']).text for r in settled})})"
-             if left else ""))
-    return latest_rows(rows + settled)
+    rows, stale, n = settle_rows(rows, jl, runs_path, entries, lt)
+    print(f"--retime-stale --finish ({key}, cuBLASLt {lt}): {n} of {n + len(stale)} stale rows settled "
+          f"from their own torch.matmul column; {len(stale)} need the card"
+          + (f" (e.g. {next(iter(stale))})" if stale else ""))
+    return rows
 
 
 def first_then_rest(problems: list, first_file: str) -> list:
@@ -153,19 +157,9 @@ def main(argv=None) -> int:
         entries = {e.problem: e for e in Registry.load(args.registry).all(current().key)}
         if args.retime_stale:
             from cudal2.lt_dispatch import lt_version
-            from cudal2.compare_rows import first_run_ts, settle_torch, stale_rows
-            from cudal2.problems import Problem
-            earlier = json.loads(runs_path.read_text()) if runs_path.exists() else []
-            stale = stale_rows(rows, entries, lt_version(), first_run_ts(earlier))
-            # rows now dispatching torch.matmul take their own torch column (compare_rows.settle_torch)
-            settled = settle_torch(rows, entries, lt_version(), stale)
-            if settled:
-                with jl.open("a") as f:
-                    f.writelines(json.dumps(r) + "\n" for r in settled)
-                rows = latest_rows(rows + settled)
-                for r in settled:
-                    stale.pop(Problem(r["M"], r["N"], r["K"], r["layout"]).text, None)
-                print(f"--retime-stale: {len(settled)} rows now dispatching torch.matmul settled from their own "
+            rows, stale, n = settle_rows(rows, jl, runs_path, entries, lt_version())
+            if n:
+                print(f"--retime-stale: {n} rows now dispatching torch.matmul settled from their own "
                       "torch.matmul column (no timing)")
             todo = [p for p in chunk if (p.shape, p.layout) not in have or p.text in stale]
             print(f"--retime-stale: {len(stale)} of {len(rows)} rows no longer time what dispatch runs "

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 def main(argv=None) -> int:
     from cudal2.cli.compare import summaries
-    from cudal2.compare_rows import first_run_ts, settle_torch, stale_rows
+    from cudal2.compare_rows import first_run_ts, settle
     from cudal2.problems import Problem
     from cudal2.registry import Registry, RegistryError
     from cudal2.report import load_json, write_json
@@ -46,9 +46,8 @@ def main(argv=None) -> int:
     except (OSError, ValueError, KeyError, RegistryError) as e:
         print(f"error: {src}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    stale = stale_rows(rows, entries, lt, first_run_ts(doc.get("runs")))
-    settled = {Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text: r
-               for r in settle_torch(rows, entries, lt, stale)}
+    found, stale = settle(rows, entries, lt, first_run_ts(doc.get("runs")))
+    settled = {Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text: r for r in found}
     new_rows = [settled.get(Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text, r) for r in rows]
     cfg = doc.get("config") or {}
     meta = {k: v for k, v in doc.items() if k not in ("schema", "summary", "rows")}
@@ -59,11 +58,10 @@ def main(argv=None) -> int:
                 gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as z:
             shutil.copyfileobj(f, z)
         plain.unlink()
-    print(f"{key} (cuBLASLt {lt}): {len(settled)} of {len(stale)} stale rows settled from their own "
-          f"torch.matmul column -> {out}")
+    print(f"{key} (cuBLASLt {lt}): {len(settled)} of {len(settled) + len(stale)} stale rows settled from their "
+          f"own torch.matmul column -> {out}")
     for p, why in stale.items():
-        if p not in settled:
-            print(f"  needs the card: {p}: {why}")
+        print(f"  needs the card: {p}: {why}")
     return 0
 
 

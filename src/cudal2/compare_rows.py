@@ -95,6 +95,18 @@ def settle_torch(rows: list[dict], entries: dict[str, Entry], lt_version: int | 
     return out
 
 
+def settle(rows: list[dict], entries: dict[str, Entry], lt_version: int | None,
+           timed_by: float | None) -> tuple[list[dict], dict[str, str]]:
+    """(settled rows, {problem text: why} for the stale rows left to time): stale_rows, then
+    settle_torch on them, in one place for every caller (a resumed compare, the grid compares on a
+    card and on a CPU, bench/settle_compare.py)."""
+    stale = stale_rows(rows, entries, lt_version, timed_by)
+    settled = settle_torch(rows, entries, lt_version, stale)
+    for r in settled:
+        del stale[Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text]
+    return settled, stale
+
+
 def first_run_ts(runs: list[dict] | None) -> float | None:
     """The POSIX time of a compare's first run (its `runs` records), None without one. Rows without
     their own `ts` are judged stale against it: an entry filed after the first chunk may postdate
@@ -129,11 +141,9 @@ def resume_rows(doc: dict, problems, config: dict, entries: dict[str, Entry] | N
         if key in want:
             by[key] = r
     if entries is not None:
-        stale = stale_rows(list(by.values()), entries, lt_version, first_run_ts(doc.get("runs")))
-        for r in settle_torch(list(by.values()), entries, lt_version, stale):
-            key = Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text
-            by[key] = r               # kept, with cudal2_settled saying why; no timing needed
-            del stale[key]
+        settled, stale = settle(list(by.values()), entries, lt_version, first_run_ts(doc.get("runs")))
+        for r in settled:             # kept, with cudal2_settled saying why; no timing needed
+            by[Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text] = r
     elif spec_text is not None:
         from .spec import KernelSpec
         text = KernelSpec.parse(spec_text).text
