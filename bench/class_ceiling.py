@@ -1,0 +1,227 @@
+"""How far any kernel could beat best-cublas, per shape and class, by the card's own floors; beside
+what cudal2 reaches there (issues 19 and 20: is a missed target out of reach by measurement?).
+
+A GEMM of shape (M, N, K) must at least be launched and wait for a first load, read A and B once,
+write C once and do 2MNK flops. Each has a time measured on the card (no GPU here: the files):
+
+  latency  launch_cost.py: the empty kernel over 132 CTAs + the cheapest first load it measured
+           (ld.global, cp.async or TMA, each over an empty kernel)
+  read     stream_ceiling.py: the fastest of its read-only kernels on the bytes of A and B
+  write    stream_ceiling.py: x.zero_() on the bytes of C
+  compute  2MNK / the card's peak: the larger of the compare's measured one (`peak.flops`) and the
+           highest rate any call in the compare reached offline (a peak measured low must not
+           put a floor above a time the card ran)
+
+The floor is the largest of the four (they overlap; their sum would overstate it) and the ceiling
+t_best-cublas / floor. Between the measured sizes (8 MiB to 1 GiB) a time is interpolated linearly
+in bytes, below 8 MiB from the empty kernel's time at 0 bytes (over 132 CTAs where the launch file
+has it), and past 1 GiB at 1 GiB's rate: an affine launch + bytes / rate, which under 8 MiB sits
+below what any kernel pays (a read waits at least one load's latency). So the floors are generous and a ceiling is an upper bound by these
+measurements: a faster read or write kernel than the ones measured would raise it. Offline floors
+come from the offline columns, server ones (cold L2, after an idle gap) from the server columns.
+
+  python3 bench/class_ceiling.py \
+      --ceiling bench/results/h200-sm90/probe/run72_stream_ceiling_h200-sm90_e1ca355.json \
+      --launch bench/results/h200-sm90/probe/run72_launch_cost_h200-sm90_e1ca355.json \
+      --set grid-nt=bench/results/h200-sm90/registry_v2/grid_nt/run72_gridnt_compare.json.gz \
+      --out bench/results/h200-sm90/ceiling
+
+cudal2's figure is the compare's, as dispatched (bench/grid_report.py's "dispatched" ratio: the
+filed kernel, the cuBLAS call an entry names, else torch.matmul). Writes class_ceiling.md / .json
+(every shape's floors, the binding one and its ceiling; .json.gz) under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grid_report import MODES, ratios  # noqa: E402  (bench/ is not a package)
+
+from cudal2.report import load_json, read_json  # noqa: E402
+from cudal2.stats import SHAPE_CLASSES, geomean, shape_class  # noqa: E402
+
+# The issues' targets per class over the grid: issue 20 (small, skinny) and issue 19 (the rest).
+TARGETS = {"small": 1.20, "skinny": 1.25, "starved": 1.20, "shortK": 1.20, "mid": 1.05, "large": 1.00}
+FLOORS = ("latency", "read", "write", "compute")
+LOAD_CASES = ("load: ld.global", "load: cp.async", "load: TMA", "load: TMA + prefetch")
+
+
+class Card:
+    """The card's measured floors for one clock mode (offline or server)."""
+
+    def __init__(self, ceiling: dict, launch: dict | None, mode: str):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
+        rows = [r for r in ceiling.get("rows", []) if r.get("mode") == mode]
+        if not rows:
+            raise ValueError(f"the stream ceiling file has no {mode} rows")
+        self.empty = float(ceiling["empty_us"])
+        first_load, self.load_case = 0.0, None
+        if launch:
+            cases = {r["case"]: r for r in launch.get("rows", [])}
+            col = "offline_us" if mode == "offline" else "server_us"
+            if "empty 132x128" not in cases:
+                raise ValueError("the launch cost file has no 'empty 132x128' case")
+            self.empty = float(cases["empty 132x128"][col])
+            loads = [(cases[c][f"{mode}_minus_empty_us"], c) for c in LOAD_CASES if c in cases]
+            if loads:
+                first_load, self.load_case = min(loads)
+        self.latency = self.empty + first_load
+        # (bytes, µs) from 0 bytes at the empty kernel's time, sorted by size
+        self.read = [(0, self.empty)] + sorted((int(r["bytes"]), float(r["read_us"])) for r in rows)
+        self.write = [(0, self.empty)] + sorted((int(r["bytes"]), float(r["write_us"])) for r in rows)
+
+    @staticmethod
+    def _at(points: list[tuple[int, float]], nbytes: float) -> float:
+        for (x0, y0), (x1, y1) in zip(points, points[1:]):
+            if nbytes <= x1:
+                return y0 + (y1 - y0) * (nbytes - x0) / (x1 - x0)
+        x, y = points[-1]
+        return y * nbytes / x            # past the largest size: its rate
+
+    def floors(self, m: int, n: int, k: int, flops_per_s: float) -> dict[str, float]:
+        return {"latency": self.latency,
+                "read": self._at(self.read, 2.0 * (m * k + n * k)),
+                "write": self._at(self.write, 2.0 * m * n),
+                "compute": 2.0 * m * n * k / flops_per_s * 1e6}
+
+
+def peak_flops(doc: dict) -> float:
+    """FLOP/s: the compare's measured peak, or the highest rate one of its calls reached offline."""
+    rates = [2.0 * r["M"] * r["N"] * r["K"] / (t * 1e-6) for r in doc["rows"]
+             for t in (r.get("offline_best_cublas_us"), r.get("offline_cudal2_median_us")) if t]
+    peak = max([(doc.get("peak") or {}).get("flops") or 0.0] + rates)
+    if not peak:
+        raise ValueError("the compare has no measured peak (peak.flops) and no offline time")
+    return peak
+
+
+def shape_rows(doc: dict, card: Card, mode: str) -> list[dict]:
+    """Per shape of a compare: floors, the binding one, the ceiling and cudal2's ratio (both vs
+    best-cublas, as dispatched)."""
+    peak = peak_flops(doc)
+    ours = ratios(doc["rows"], mode, None, "dispatched")
+    out = []
+    for r in doc["rows"]:
+        best = r.get(f"{mode}_best_cublas_us")
+        if not best or r["shape"] not in ours:
+            continue
+        f = card.floors(r["M"], r["N"], r["K"], peak)
+        bind = max(FLOORS, key=f.get)
+        out.append({"shape": r["shape"], "class": shape_class(r["M"], r["N"], r["K"]), "best_cublas_us": best,
+                    "floors_us": {k: round(v, 3) for k, v in f.items()}, "binding": bind,
+                    "ceiling": best / f[bind], "cudal2": ours[r["shape"]]})
+    return out
+
+
+def class_table(rows: list[dict], targets: dict[str, float]) -> list[dict]:
+    """Per class: shapes, the geomean ceiling and cudal2's, the target against the ceiling."""
+    out = []
+    for cls in ("all",) + SHAPE_CLASSES:
+        rs = [r for r in rows if cls in ("all", r["class"])]
+        if not rs:
+            continue
+        ceil, ours = geomean(r["ceiling"] for r in rs), geomean(r["cudal2"] for r in rs)
+        t = targets.get(cls)
+        out.append({"class": cls, "shapes": len(rs), "ceiling": ceil, "cudal2": ours, "target": t,
+                    # the share of the ceiling's gain (log scale) cudal2 has, and the target would need
+                    "cudal2_share": _share(ours, ceil), "target_share": _share(t, ceil) if t else None,
+                    "binding": dict(Counter(r["binding"] for r in rs).most_common()),
+                    "above_target": sum(r["ceiling"] >= t for r in rs) if t else None})
+    return out
+
+
+def _share(x: float, ceil: float) -> float | None:
+    """How much of the way from 1.0 to the ceiling x is, on a log scale (1.0: at the ceiling)."""
+    import math
+    return math.log(x) / math.log(ceil) if ceil > 1.0 else None
+
+
+def _f(x, fmt="{:.3f}"):
+    return "-" if x is None else fmt.format(x)
+
+
+def markdown(result: dict) -> str:
+    lines = [f"# Per-class ceilings by the card's floors ({result['card']})", "",
+             "    " + result["command"], "",
+             f"Floors from `{result['ceiling']}`" + (f" and `{result['launch']}`" if result["launch"] else "")
+             + " (bench/class_ceiling.py says how). Ceiling = best-cublas / the largest floor, geomean per "
+             "class; cudal2 as dispatched by the compare; share = log(x) / log(ceiling): how much of the "
+             "possible gain a figure is (above 1: the target is past the ceiling).", ""]
+    for mode, lat in result["latency"].items():
+        lines.append(f"- latency floor, {mode}: {lat['latency_us']:.3f} µs (the empty kernel over 132 CTAs "
+                     f"{lat['empty_us']:.3f} µs + the cheapest first load: {lat['first_load'] or 'none measured'})")
+    lines.append("")
+    for name, s in result["sets"].items():
+        lines += [f"## {name}: `{s['compare']}` ({s['card']}, commit {s['commit']})", ""]
+        for mode, table in s["modes"].items():
+            lines += [f"{mode}:", "",
+                      "| class | shapes | target | ceiling | cudal2 | cudal2 share | target share | shapes with ceiling >= target | binding floor |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            for c in table:
+                lines.append(f"| {c['class']} | {c['shapes']} | {_f(c['target'], '{:.2f}')} | {_f(c['ceiling'])} | "
+                             f"{_f(c['cudal2'])} | {_f(c['cudal2_share'], '{:.2f}')} | {_f(c['target_share'], '{:.2f}')} | "
+                             f"{_f(c['above_target'], '{}')} | "
+                             + ", ".join(f"{k} {v}" for k, v in c["binding"].items()) + " |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ceiling", required=True, help="stream_ceiling.py's JSON (read / write rates, the empty kernel)")
+    ap.add_argument("--launch", help="launch_cost.py's JSON (the empty kernel over 132 CTAs, the first loads)")
+    ap.add_argument("--set", action="append", required=True, metavar="NAME=COMPARE",
+                    help="a compare JSON (gzipped or not) of the same card; repeatable")
+    ap.add_argument("--modes", default="offline,server")
+    ap.add_argument("--target", action="append", default=[], metavar="CLASS=X", help="override a class's target")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    targets = dict(TARGETS)
+    for t in a.target:
+        cls, _, x = t.partition("=")
+        if cls not in SHAPE_CLASSES or not x:
+            raise SystemExit(f"error: --target {t!r}: CLASS=X with CLASS one of {', '.join(SHAPE_CLASSES)}")
+        targets[cls] = float(x)
+    ceiling = load_json(a.ceiling)
+    launch = load_json(a.launch) if a.launch else None
+    card_key = ceiling.get("card") or "?"
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    result = {"card": card_key, "ceiling": a.ceiling, "launch": a.launch, "targets": targets,
+              "command": "python3 bench/class_ceiling.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "latency": {}, "sets": {}, "shapes": {}}
+    for spec in a.set:
+        name, _, path = spec.partition("=")
+        if not path:
+            raise SystemExit(f"error: --set {spec!r}: NAME=COMPARE")
+        doc = read_json(path)
+        v = doc.get("versions") or {}
+        floors_on = {d.get("card") for d in (ceiling, launch) if d and d.get("card")}
+        if v.get("card") and floors_on - {v["card"]}:
+            raise SystemExit(f"error: {path} was run on {v['card']}, the floors on {', '.join(sorted(floors_on))}: "
+                             "give one card's files")
+        s = {"compare": path, "card": v.get("card"), "commit": v.get("commit"), "modes": {}}
+        for mode in modes:
+            card = Card(ceiling, launch, mode)
+            rows = shape_rows(doc, card, mode)
+            s["modes"][mode] = class_table(rows, targets)
+            result["latency"][mode] = {"empty_us": card.empty, "first_load": card.load_case,
+                                       "latency_us": round(card.latency, 3)}
+            result["shapes"][f"{name}:{mode}"] = rows
+        result["sets"][name] = s
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # every shape's floors for each set and mode: ~1.3 MB as text, so gzipped (cudal2.report.load_json reads it)
+    (out / "class_ceiling.json.gz").write_bytes(gzip.compress((json.dumps(result, indent=1) + "\n").encode(), mtime=0))
+    (out / "class_ceiling.md").write_text(markdown(result) + "\n")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
