@@ -9,8 +9,11 @@ kernel can do better is the read rate, measured here, not assumed.
 Per buffer size, on the PROTOCOL clock (cudal2.timing: offline back to back, and server with L2
 wiped before each call), the bytes each op moves over its GPU time:
   copy   dst.copy_(src), counting read + write (PROTOCOL's BW at 1 GiB)
-  read   a Triton kernel that XORs the buffer as int32 words (each program XORs ITERS blocks of
-         BLOCK words and stores one word): reads only, the best of a few (BLOCK, ITERS, warps)
+  read   reads only, the fastest of: a Triton kernel that XORs the buffer as int32 words (each
+         program XORs ITERS blocks of BLOCK words and stores one word) over a few (BLOCK, ITERS,
+         warps), and the CUDA readers of bench/stream_cuda.py (TMA bulk copies into shared memory,
+         16-byte loads); the best of each kind is kept beside it (read_triton_us, read_bulk_us,
+         read_ldg_us: the Triton kernel alone made the floor until 2026-12-05)
   sum    torch.sum(x, dtype=float32): the library's read path, for comparison
   write  x.zero_(): writes only
 Also `empty`: a kernel that does nothing (the launch cost on this clock), so a kernel's fixed cost
@@ -27,6 +30,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))      # stream_cuda (bench/ is not a package)
 
 # (BLOCK int32 words per iteration, ITERS, warps): one program streams BLOCK * ITERS * 4 bytes.
 # A few shapes of work per program; the fastest per size is reported (with its config), since
@@ -89,9 +94,13 @@ def measure(mb: list[int], min_ms: float, server_calls: int) -> tuple[list[dict]
     import numpy as np
     import torch
 
+    import stream_cuda
     from cudal2 import timing
+    from cudal2.device import current
     rows = []
     empty = timing.offline({"empty": lambda: torch.cuda._sleep(0)}, min_calls=200, min_ms=5.0)["empty"].median_us
+    readers = stream_cuda.Readers(stream_cuda.compile_readers(), current().sm_count)
+    cuda_out = torch.empty(max(readers.grid(c) for c in stream_cuda.CONFIGS), device="cuda", dtype=torch.int32)
     for size in mb:
         n = size * (1 << 20) // 2                      # fp16 elements
         src = torch.randn(n, device="cuda", dtype=torch.float16)
@@ -99,7 +108,8 @@ def measure(mb: list[int], min_ms: float, server_calls: int) -> tuple[list[dict]
         words = src.view(torch.int32)
         out = torch.empty(-(-words.numel() // min(b * i for b, i, _ in READ_CONFIGS)), device="cuda",
                           dtype=torch.int32)
-        # The read kernel is checked before it is timed (the XOR of each program's words).
+        # Every read kernel is checked before it is timed: the Triton one by each program's XOR, the
+        # CUDA ones (stream_cuda.py) by the XOR of all the buffer's words.
         host = words.cpu().numpy()
         for block, iters, warps in READ_CONFIGS:
             read_fn(words, out, block, iters, warps)()
@@ -107,8 +117,13 @@ def measure(mb: list[int], min_ms: float, server_calls: int) -> tuple[list[dict]
             progs = -(-words.numel() // (block * iters))
             if not np.array_equal(out[:progs].cpu().numpy(), xor_reference(host, block, iters)):
                 raise SystemExit(f"read kernel {block}x{iters} w{warps}: wrong XOR at {size} MB")
+        want = stream_cuda.xor_all(host.tobytes())
+        for name in stream_cuda.CONFIGS:
+            if not readers.check_read(name, src, cuda_out, want):
+                raise SystemExit(f"read kernel {name}: wrong XOR at {size} MB")
         del host
         fns = {f"read {b}x{i} w{w}": read_fn(words, out, b, i, w) for b, i, w in READ_CONFIGS}
+        fns.update({f"read {name}": readers.fn(name, src, cuda_out) for name in stream_cuda.CONFIGS})
         fns.update({"copy": lambda: dst.copy_(src), "sum": lambda: torch.sum(src, dtype=torch.float32),
                     "write": lambda: dst.zero_()})
         for mode in ("offline", "server"):
@@ -123,21 +138,35 @@ def measure(mb: list[int], min_ms: float, server_calls: int) -> tuple[list[dict]
             row.update({f"{op}_us": round(v, 3) for op, v in times.items()})
             row.update({f"{op}_tbs": round(v, 3) for op, v in rates(times, n * 2).items()})
             row["read_over_copy"] = round(row["read_tbs"] / row["copy_tbs"], 3)
+            # the best of each way of reading, beside the best of all
+            for kind in READ_KINDS:
+                row[f"read_{kind}_us"] = round(min(v for k, v in reads.items() if read_kind(k) == kind), 3)
             rows.append(row)
         del src, dst, words, out
         torch.cuda.empty_cache()
     return rows, empty
 
 
+READ_KINDS = ("triton", "bulk", "ldg")
+
+
+def read_kind(name: str) -> str:
+    """Which way a timed read config ("read 4096x4 w8", "read bulk 16K x8", "read ldg x4 t512") reads."""
+    word = name.split()[1]
+    return word if word in ("bulk", "ldg") else "triton"
+
+
 def markdown(rows: list[dict], empty_us: float, card: str, commit: str, command: str) -> str:
     out = [f"# Streaming ceiling on {card} (commit {commit})", "", f"    {command}", "",
            f"An empty kernel on this clock: {empty_us:.2f} µs (offline median). TB/s = bytes moved / GPU "
            "time (copy counts read + write).", "",
-           "| MB | mode | copy TB/s | read TB/s (config) | torch.sum TB/s | write TB/s | read / copy |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+           "| MB | mode | copy TB/s | read TB/s (config) | read TB/s: Triton / bulk / ldg | torch.sum TB/s | write TB/s | read / copy |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
+        kinds = " / ".join(f"{r['bytes'] / (r[f'read_{k}_us'] * 1e-6) / 1e12:.2f}" if r.get(f"read_{k}_us") else "-"
+                           for k in READ_KINDS)
         out.append(f"| {r['mb']} | {r['mode']} | {r['copy_tbs']:.2f} | {r['read_tbs']:.2f} ({r['read_config']}) | "
-                   f"{r['sum_tbs']:.2f} | {r['write_tbs']:.2f} | {r['read_over_copy']:.2f} |")
+                   f"{kinds} | {r['sum_tbs']:.2f} | {r['write_tbs']:.2f} | {r['read_over_copy']:.2f} |")
     return "\n".join(out) + "\n"
 
 

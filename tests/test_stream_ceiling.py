@@ -67,10 +67,15 @@ def test_rates_and_table():
     assert set(r) == {"copy", "read", "sum", "write"}            # "empty" moves no bytes
     assert r["copy"] == pytest.approx(2 * nbytes / 60e-6 / 1e12)  # copy counts read + write
     assert r["read"] == pytest.approx(nbytes / 28e-6 / 1e12)
-    row = {"mb": 117, "mode": "offline", "read_config": "4096x4 w8", "copy_tbs": 4.2, "read_tbs": 4.4,
-           "sum_tbs": 4.0, "write_tbs": 4.1, "read_over_copy": 1.048}
-    md = sc.markdown([row], 3.42, "NVIDIA H200", "abc1234", "python3 bench/stream_ceiling.py --out x")
-    assert "| 117 | offline | 4.20 | 4.40 (4096x4 w8) | 4.00 | 4.10 | 1.05 |" in md and "3.42 µs" in md
+    row = {"mb": 117, "bytes": nbytes, "mode": "offline", "read_config": "bulk 16K x8", "copy_tbs": 4.2,
+           "read_tbs": 4.4, "sum_tbs": 4.0, "write_tbs": 4.1, "read_over_copy": 1.048,
+           "read_triton_us": nbytes / 4.0e6, "read_bulk_us": nbytes / 4.4e6, "read_ldg_us": nbytes / 4.3e6}
+    old = {k: v for k, v in row.items() if not k.startswith("read_") or k in ("read_config", "read_tbs", "read_over_copy")}
+    md = sc.markdown([row, old], 3.42, "NVIDIA H200", "abc1234", "python3 bench/stream_ceiling.py --out x")
+    assert "| 117 | offline | 4.20 | 4.40 (bulk 16K x8) | 4.00 / 4.40 / 4.30 | 4.00 | 4.10 | 1.05 |" in md
+    assert "| 117 | offline | 4.20 | 4.40 (bulk 16K x8) | - / - / - | 4.00 | 4.10 | 1.05 |" in md   # a row of before
+    assert "3.42 µs" in md
+    assert [sc.read_kind(n) for n in ("read 4096x4 w8", "read bulk 32K x6", "read ldg x8 t256")] == ["triton", "bulk", "ldg"]
 
 
 def test_cli_refuses_bad_sizes_and_needs_a_gpu(tmp_path, capsys):

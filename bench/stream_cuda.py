@@ -1,0 +1,204 @@
+"""CUDA read kernels for bench/stream_ceiling.py: how fast the card moves a buffer into its SMs the
+two ways the GEMM families load (issue 20's skinny ceiling: bench/class_ceiling.py reads the fastest).
+
+The read floor came from a Triton kernel alone (2026-12-05): 3.9 TB/s offline at 32 MiB on the H200,
+about its HBM rate, though a buffer that size stays in L2 between offline calls and a GEMM's CTAs
+were seen pulling ~10 TB/s of (re-read) lines from L2 (run 58). A slow reader would make the floor
+too high and a class's ceiling too low, so these read the way our kernels do:
+
+  bulk  TMA's 1D bulk copy (cp.async.bulk global -> shared, completed on an mbarrier), the wgmma
+        family's load path: each CTA takes chunks blockIdx.x, + gridDim.x, ... of CHUNK bytes into
+        a ring of STAGES slots; thread 0 issues, every thread XORs each landed chunk out of shared
+        memory (the data is consumed, as MMAs consume theirs) before thread 0 refills its slot
+  ldg   plain 16-byte loads, grid-stride, UNROLL independent ones in flight per thread
+
+Each CTA stores the XOR of every 32-bit word it read into out[blockIdx.x]; the XOR of all CTAs'
+must be the buffer's (`check`). Compiled by NVRTC for sm_90a (no header), launched through the
+driver on torch's current stream. Knobs per config in CONFIGS; the grid is the card's SM count
+times the CTAs each SM holds.
+"""
+from __future__ import annotations
+
+import ctypes
+
+SOURCE = r'''
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// The CTA's XOR of x into out[blockIdx.x] (warp shuffles, then one word per warp in shared memory).
+__device__ __forceinline__ void block_xor(u32 x, u32* out) {
+    __shared__ u32 part[32];
+    for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 y = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) y ^= part[w];
+        out[blockIdx.x] = y;
+    }
+}
+
+#define MAX_STAGES 16
+
+// nbytes: a multiple of chunk; chunk: a multiple of 16 x blockDim.x, at most 64 KB; stages <= 16.
+extern "C" __global__ void k_bulk(const unsigned char* g, u64 nbytes, u32 chunk, u32 stages, u32* out) {
+    extern __shared__ __align__(128) unsigned char ring[];
+    __shared__ __align__(8) u64 full[MAX_STAGES];
+    const u64 nchunks = nbytes / chunk;
+    const u64 mine = blockIdx.x < nchunks ? (nchunks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    if (threadIdx.x == 0) {
+        for (u32 s = 0; s < stages; ++s)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_u32(&full[s])) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    // chunk i of this CTA into slot i % stages
+    auto issue = [&](u64 i) {
+        const u32 s = (u32)(i % stages), bar = smem_u32(&full[s]), dst = smem_u32(ring + (u64)s * chunk);
+        const unsigned char* src = g + (blockIdx.x + i * gridDim.x) * (u64)chunk;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(chunk) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     :: "r"(dst), "l"(src), "r"(chunk), "r"(bar) : "memory");
+    };
+    if (threadIdx.x == 0)
+        for (u64 i = 0; i < stages && i < mine; ++i) issue(i);
+    u32 x = 0;
+    for (u64 i = 0; i < mine; ++i) {
+        const u32 s = (u32)(i % stages), parity = (u32)((i / stages) & 1);
+        u32 done = 0;
+        while (!done)
+            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                         "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(smem_u32(&full[s])), "r"(parity) : "memory");
+        const uint4* p = reinterpret_cast<const uint4*>(ring + (u64)s * chunk);
+        for (u32 j = threadIdx.x; j < chunk / 16; j += blockDim.x) {
+            const uint4 v = p[j];
+            x ^= v.x ^ v.y ^ v.z ^ v.w;
+        }
+        __syncthreads();                       // every thread is done with slot s: refill it
+        if (threadIdx.x == 0 && i + stages < mine) issue(i + stages);
+    }
+    block_xor(x, out);
+}
+
+template <int U>
+__device__ __forceinline__ void ldg(const uint4* __restrict__ g, u64 n16, u32* out) {
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u32 x = 0;
+    for (; i + (U - 1) * stride < n16; i += U * stride) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = __ldg(g + i + u * stride);
+#pragma unroll
+        for (int u = 0; u < U; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n16; i += stride) {
+        const uint4 v = __ldg(g + i);
+        x ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    block_xor(x, out);
+}
+
+extern "C" __global__ void k_ldg4(const uint4* g, u64 n16, u32* out) { ldg<4>(g, n16, out); }
+extern "C" __global__ void k_ldg8(const uint4* g, u64 n16, u32* out) { ldg<8>(g, n16, out); }
+'''
+
+# name -> (kernel, threads, CTAs per SM, chunk bytes, stages): bulk rings of 128-192 KB per SM (one
+# CTA, or two of half the ring), ldg at full occupancy (2048 threads per SM).
+CONFIGS = {
+    "bulk 16K x8": ("k_bulk", 128, 1, 16 << 10, 8),
+    "bulk 32K x6": ("k_bulk", 128, 1, 32 << 10, 6),
+    "bulk 8K x8 2/SM": ("k_bulk", 128, 2, 8 << 10, 8),
+    "ldg x4 t512": ("k_ldg4", 512, 4, 0, 0),
+    "ldg x8 t256": ("k_ldg8", 256, 8, 0, 0),
+}
+
+
+def config_error(name: str, nbytes: int) -> str | None:
+    """Why CONFIGS[name] cannot read a buffer of `nbytes`, or None."""
+    kernel, threads, per_sm, chunk, stages = CONFIGS[name]
+    if nbytes % 16:
+        return f"{nbytes} B is not a multiple of 16 (16-byte loads)"
+    if kernel == "k_bulk":
+        if chunk % (16 * threads) or chunk > 64 << 10:
+            return f"chunk {chunk} B: a multiple of 16 x {threads} threads, at most 64 KB"
+        if not 1 <= stages <= 16:
+            return f"stages {stages}: 1-16"
+        if nbytes % chunk:
+            return f"{nbytes} B is not a multiple of the {chunk} B chunk"
+    return None
+
+
+def smem_bytes(name: str) -> int:
+    _k, _t, _p, chunk, stages = CONFIGS[name]
+    return chunk * stages
+
+
+def xor_all(data: bytes) -> int:
+    """The XOR of a buffer's little-endian u32 words: what the CTAs' outputs XOR to."""
+    import numpy as np
+    return int(np.bitwise_xor.reduce(np.frombuffer(data, dtype="<u4"))) if data else 0
+
+
+def compile_readers(arch: str = "sm_90a") -> bytes:
+    from cudal2.nvrtc import compile_cubin
+    return compile_cubin(SOURCE, arch, ("-std=c++17",))[0]
+
+
+class Readers:
+    """The module loaded on the current device, and a launch per config bound to one buffer."""
+
+    def __init__(self, cubin: bytes, sms: int):
+        import torch
+
+        from cudal2.backends.cuda_launch import _context
+        from cudal2.backends.driver import check, drv
+        self.d, self.check, self.sms = drv(), check, sms
+        _context(torch.cuda.current_device())
+        self.module = check(self.d.cuModuleLoadData(cubin), "cuModuleLoadData")
+        attr = self.d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        self.funcs = {}
+        for name, (kernel, _t, _p, _c, _s) in CONFIGS.items():
+            if kernel not in self.funcs:
+                self.funcs[kernel] = check(self.d.cuModuleGetFunction(self.module, kernel.encode()), kernel)
+            if smem_bytes(name) > 48 << 10:
+                check(self.d.cuFuncSetAttribute(self.funcs[kernel], attr, smem_bytes(name)), f"{name}: smem")
+        self._keep = []
+
+    def grid(self, name: str) -> int:
+        return self.sms * CONFIGS[name][2]
+
+    def fn(self, name: str, buf, out):
+        """A launch of config `name` reading `buf` (a contiguous CUDA tensor) into out[:grid]: no
+        status check on the hot path (`check` launches it once, checked, before any timing)."""
+        import torch
+        kernel, threads, _p, chunk, stages = CONFIGS[name]
+        nbytes = buf.numel() * buf.element_size()
+        why = config_error(name, nbytes)
+        if why:
+            raise ValueError(f"{name}: {why}")
+        if out.numel() < self.grid(name):
+            raise ValueError(f"out holds {out.numel()} words; {name} has {self.grid(name)} CTAs")
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        slots = ([u64(buf.data_ptr()), u64(nbytes), u32(chunk), u32(stages), u64(out.data_ptr())]
+                 if kernel == "k_bulk" else [u64(buf.data_ptr()), u64(nbytes // 16), u64(out.data_ptr())])
+        args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
+        self._keep.append((slots, args))
+        func, grid, smem, d, argp = self.funcs[kernel], self.grid(name), smem_bytes(name), self.d, ctypes.addressof(args)
+
+        def launch():
+            return d.cuLaunchKernel(func, grid, 1, 1, threads, 1, 1, smem,
+                                    torch.cuda.current_stream().cuda_stream, argp, 0)
+        return launch
+
+    def check_read(self, name: str, buf, out, want: int) -> bool:
+        """One checked launch of `name`: do its CTAs' outputs XOR to the buffer's words (`want`)?"""
+        import numpy as np
+        import torch
+        out.zero_()
+        self.check(self.fn(name, buf, out)(), f"cuLaunchKernel({name})")
+        torch.cuda.synchronize()
+        got = out[: self.grid(name)].cpu().numpy().view(np.uint32)
+        return int(np.bitwise_xor.reduce(got)) == want

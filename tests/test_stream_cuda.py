@@ -1,0 +1,74 @@
+"""bench/stream_cuda.py: the CUDA read kernels compile for sm_90a without a GPU to the load paths
+they are named for, refuse buffers they cannot read, and (on a card) XOR every word exactly once."""
+import re
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from bench_import import load_bench
+
+
+def _module():
+    return load_bench("stream_cuda")
+
+
+def test_compiles_to_bulk_copies_and_wide_loads_without_spills():
+    from cudal2.backends.sass import cuobjdump, sass_lines
+    sc = _module()
+    cubin = sc.compile_readers("sm_90a")
+    tool = cuobjdump()
+    if tool is None:
+        pytest.skip("no cuobjdump (CUDA toolkit on PATH or the triton wheel's copy)")
+    ops = Counter(re.sub(r"^@!?U?P\w+\s+", "", line).split()[0] for line in sass_lines(cubin, tool)
+                  if not line.startswith("/*"))
+    assert ops["UBLKCP.S.G"] >= 1                     # k_bulk: TMA's 1D bulk copy, global -> shared
+    assert ops["SYNCS.PHASECHK.TRANS64.TRYWAIT"] >= 1  # ... completed on an mbarrier
+    assert ops["LDS.128"] >= 1                         # ... and read back out of shared memory
+    # k_ldg4 / k_ldg8: 4 + 8 unrolled 16-byte loads through the read-only path, plus each one's tail
+    assert ops["LDG.E.128.CONSTANT"] == 4 + 1 + 8 + 1
+    assert not any(op.startswith(("LDL", "STL")) for op in ops)   # no local memory (spills)
+
+
+def test_config_limits_and_smem():
+    sc = _module()
+    mib = 1 << 20
+    for name in sc.CONFIGS:
+        assert sc.config_error(name, 8 * mib) is None, name
+        assert sc.smem_bytes(name) <= 227 * 1024          # one CTA's shared memory on sm_90
+        assert sc.CONFIGS[name][2] * sc.smem_bytes(name) <= 228 * 1024   # the CTAs an SM holds
+    assert "multiple of the 16384 B chunk" in sc.config_error("bulk 16K x8", 8 * mib + 4096)
+    assert "multiple of 16" in sc.config_error("ldg x4 t512", 8 * mib + 4)
+    assert sc.config_error("ldg x4 t512", 8 * mib + 16) is None      # grid-stride: any 16-byte multiple
+
+
+def test_xor_all_is_the_xor_of_the_words():
+    sc = _module()
+    words = np.array([1, 2, 4, 0xFFFFFFFF, 7], dtype="<u4")
+    assert sc.xor_all(words.tobytes()) == (1 ^ 2 ^ 4 ^ 0xFFFFFFFF ^ 7)
+    assert sc.xor_all(b"") == 0
+
+
+@pytest.mark.gpu
+def test_every_reader_reads_every_word_once():
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    sc = _module()
+    from cudal2.device import current
+    readers = sc.Readers(sc.compile_readers(), current().sm_count)
+    out = torch.empty(max(readers.grid(c) for c in sc.CONFIGS), device="cuda", dtype=torch.int32)
+    # 3 MiB: fewer chunks than CTAs for the bulk rings (some CTAs read none); 3 MiB + 48 KiB for the
+    # loads' tails (not a multiple of any grid's stride)
+    for nbytes in (3 << 20, (3 << 20) + (48 << 10)):
+        buf = torch.randint(-2**31, 2**31 - 1, (nbytes // 4,), device="cuda", dtype=torch.int32)
+        want = sc.xor_all(buf.cpu().numpy().tobytes())
+        for name in sc.CONFIGS:
+            if sc.config_error(name, nbytes):
+                continue
+            assert readers.check_read(name, buf, out, want), (name, nbytes)
+        # a word changed: every reader sees it
+        buf[12345] ^= 1
+        for name in sc.CONFIGS:
+            if not sc.config_error(name, nbytes):
+                assert not readers.check_read(name, buf, out, want), name
