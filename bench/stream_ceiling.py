@@ -20,7 +20,7 @@ Also `empty`: a kernel that does nothing (the launch cost on this clock), so a k
 can be told from its streaming rate.
 
   source bench/device_env.sh
-  python3 bench/stream_ceiling.py --out $OUT [--mb 8,32,64,117,256,1024] [--min-ms 20]
+  python3 bench/stream_ceiling.py --out $OUT [--mb 8,16,32,48,64,117,136,256,1024] [--min-ms 20]
 
 Writes stream_ceiling_<device>_<commit>.csv / .json / .md (card, commit, command in each) and prints the table.
 """
@@ -37,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))      # stream_cuda (ben
 # A few shapes of work per program; the fastest per size is reported (with its config), since
 # the question is what the card allows, not what one config gets.
 READ_CONFIGS = ((2048, 8, 4), (4096, 4, 8), (4096, 16, 8), (8192, 4, 8))
-DEFAULT_MB = (8, 32, 64, 117, 136, 256, 1024)
+# 16 and 48 (since 2026-12-05): the skinny grid shapes hold 17-70 MB, which stay in L2 between
+# offline calls; bench/class_ceiling.py interpolates between these sizes.
+DEFAULT_MB = (8, 16, 32, 48, 64, 117, 136, 256, 1024)
 
 _kernel = None
 
