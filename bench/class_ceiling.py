@@ -24,7 +24,12 @@ come from the offline columns, server ones (cold L2, after an idle gap) from the
       --ceiling bench/results/h200-sm90/probe/run72_stream_ceiling_h200-sm90_e1ca355.json \
       --launch bench/results/h200-sm90/probe/run72_launch_cost_h200-sm90_e1ca355.json \
       --set grid-nt=bench/results/h200-sm90/registry_v2/grid_nt/run72_gridnt_compare.json.gz \
+      --set decode=bench/results/h200-sm90/registry_v2/models/run68_models_compare_settled.json.gz \
+      --only decode=bench/decode_set.txt --set-target decode=1.20 \
       --out bench/results/h200-sm90/ceiling
+
+(--only restricts a set to a --shapes file's shapes, here the model set's compare to issue 20's decode
+set; --set-target gives the whole set's target, its row "all".)
 
 cudal2's figure is the compare's, as dispatched (bench/grid_report.py's "dispatched" ratio: the
 filed kernel, the cuBLAS call an entry names, else torch.matmul). Writes class_ceiling.md / .json
@@ -119,20 +124,33 @@ def shape_rows(doc: dict, card: Card, mode: str) -> list[dict]:
     return out
 
 
-def class_table(rows: list[dict], targets: dict[str, float]) -> list[dict]:
-    """Per class: shapes, the geomean ceiling and cudal2's, the target against the ceiling."""
+def class_table(rows: list[dict], targets: dict[str, float], set_target: float | None = None) -> list[dict]:
+    """Per class: shapes, the geomean ceiling and cudal2's, the target against the ceiling (the row
+    "all" against `set_target`, a whole set's target such as the decode set's)."""
     out = []
     for cls in ("all",) + SHAPE_CLASSES:
         rs = [r for r in rows if cls in ("all", r["class"])]
         if not rs:
             continue
         ceil, ours = geomean(r["ceiling"] for r in rs), geomean(r["cudal2"] for r in rs)
-        t = targets.get(cls)
+        t = set_target if cls == "all" else targets.get(cls)
         out.append({"class": cls, "shapes": len(rs), "ceiling": ceil, "cudal2": ours, "target": t,
                     # the share of the ceiling's gain (log scale) cudal2 has, and the target would need
                     "cudal2_share": _share(ours, ceil), "target_share": _share(t, ceil) if t else None,
                     "binding": dict(Counter(r["binding"] for r in rs).most_common()),
                     "above_target": sum(r["ceiling"] >= t for r in rs) if t else None})
+    return out
+
+
+def read_shapes(path: str) -> set[str]:
+    """`MxNxK:layout` lines of a --shapes file ('#' comments), as compare rows name them (shape, layout)."""
+    from cudal2.problems import Problem
+    out = set()
+    for line in Path(path).read_text().splitlines():
+        text = line.split("#", 1)[0].strip()
+        if text:
+            p = Problem.parse(text)
+            out.add(f"{p.shape}:{p.layout}")
     return out
 
 
@@ -159,6 +177,9 @@ def markdown(result: dict) -> str:
     lines.append("")
     for name, s in result["sets"].items():
         lines += [f"## {name}: `{s['compare']}` ({s['card']}, commit {s['commit']})", ""]
+        if s.get("only"):
+            lines += [f"Only the shapes of `{s['only']}`" + (f" ({s['missing']} of them not in the compare)" if s["missing"] else "")
+                      + ".", ""]
         for mode, table in s["modes"].items():
             lines += [f"{mode}:", "",
                       "| class | shapes | target | ceiling | cudal2 | cudal2 share | target share | shapes with ceiling >= target | binding floor |",
@@ -172,12 +193,26 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _pairs(opts: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for o in opts:
+        k, _, v = o.partition("=")
+        if not k or not v:
+            raise SystemExit(f"error: {flag} {o!r}: NAME=VALUE")
+        out[k] = v
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ceiling", required=True, help="stream_ceiling.py's JSON (read / write rates, the empty kernel)")
     ap.add_argument("--launch", help="launch_cost.py's JSON (the empty kernel over 132 CTAs, the first loads)")
     ap.add_argument("--set", action="append", required=True, metavar="NAME=COMPARE",
                     help="a compare JSON (gzipped or not) of the same card; repeatable")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME=SHAPES",
+                    help="restrict set NAME to the shapes of a --shapes file (MxNxK:layout lines)")
+    ap.add_argument("--set-target", action="append", default=[], metavar="NAME=X",
+                    help="a whole set's target (its row 'all'), e.g. the decode set's 1.20")
     ap.add_argument("--modes", default="offline,server")
     ap.add_argument("--target", action="append", default=[], metavar="CLASS=X", help="override a class's target")
     ap.add_argument("--out", required=True)
@@ -188,6 +223,12 @@ def main(argv=None) -> int:
         if cls not in SHAPE_CLASSES or not x:
             raise SystemExit(f"error: --target {t!r}: CLASS=X with CLASS one of {', '.join(SHAPE_CLASSES)}")
         targets[cls] = float(x)
+    only = _pairs(a.only, "--only")
+    set_targets = {k: float(v) for k, v in _pairs(a.set_target, "--set-target").items()}
+    names = {s.partition("=")[0] for s in a.set}
+    for k in set(only) | set(set_targets):
+        if k not in names:
+            raise SystemExit(f"error: --only / --set-target name {k!r} is not a --set ({', '.join(sorted(names))})")
     ceiling = load_json(a.ceiling)
     launch = load_json(a.launch) if a.launch else None
     card_key = ceiling.get("card") or "?"
@@ -200,16 +241,23 @@ def main(argv=None) -> int:
         if not path:
             raise SystemExit(f"error: --set {spec!r}: NAME=COMPARE")
         doc = read_json(path)
+        if name in only:
+            keep = read_shapes(only[name])
+            doc = {**doc, "rows": [r for r in doc["rows"] if f"{r['shape']}:{r.get('layout', 'nn')}" in keep]}
+            missing = len(keep) - len(doc["rows"])
+            if not doc["rows"]:
+                raise SystemExit(f"error: none of the {len(keep)} shapes of {only[name]} is in {path}")
         v = doc.get("versions") or {}
         floors_on = {d.get("card") for d in (ceiling, launch) if d and d.get("card")}
         if v.get("card") and floors_on - {v["card"]}:
             raise SystemExit(f"error: {path} was run on {v['card']}, the floors on {', '.join(sorted(floors_on))}: "
                              "give one card's files")
-        s = {"compare": path, "card": v.get("card"), "commit": v.get("commit"), "modes": {}}
+        s = {"compare": path, "card": v.get("card"), "commit": v.get("commit"), "modes": {},
+             "only": only.get(name), "missing": missing if name in only else None}
         for mode in modes:
             card = Card(ceiling, launch, mode)
             rows = shape_rows(doc, card, mode)
-            s["modes"][mode] = class_table(rows, targets)
+            s["modes"][mode] = class_table(rows, targets, set_targets.get(name))
             result["latency"][mode] = {"empty_us": card.empty, "first_load": card.load_case,
                                        "latency_us": round(card.latency, 3)}
             result["shapes"][f"{name}:{mode}"] = rows

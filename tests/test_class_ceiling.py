@@ -116,3 +116,26 @@ def test_cli_writes_the_tables_and_refuses_another_cards_compare(tmp_path, capsy
         c.main(args[:4] + ["--set", f"x={tmp_path / 'h100.json'}", "--out", str(out)])
     with pytest.raises(SystemExit, match="CLASS=X"):
         c.main(args + ["--target", "tiny=1.5"])
+
+
+def test_only_restricts_a_set_to_a_shapes_file_with_its_own_target(tmp_path):
+    c = _module()
+    (tmp_path / "ceil.json").write_text(json.dumps(CEILING))
+    (tmp_path / "cmp.json").write_text(json.dumps(_doc([SMALL, SKINNY, LARGE])))
+    (tmp_path / "decode.txt").write_text("# two of the three\n64x2048x4096:nt\n64x64x64:nt  # small\n4096x4096x4096:nn\n")
+    out = tmp_path / "out"
+    base = ["--ceiling", str(tmp_path / "ceil.json"), "--set", f"d={tmp_path / 'cmp.json'}", "--out", str(out)]
+    assert c.main(base + ["--only", f"d={tmp_path / 'decode.txt'}", "--set-target", "d=1.2"]) == 0
+    res = json.loads(gzip.decompress((out / "class_ceiling.json.gz").read_bytes()))
+    assert sorted(r["shape"] for r in res["shapes"]["d:offline"]) == ["64x2048x4096", "64x64x64"]   # 4096^3 is nn there
+    assert res["sets"]["d"]["missing"] == 1
+    allrow = res["sets"]["d"]["modes"]["offline"][0]
+    assert allrow["class"] == "all" and allrow["target"] == 1.2 and allrow["shapes"] == 2
+    assert "1 of them not in the compare" in (out / "class_ceiling.md").read_text()
+    with pytest.raises(SystemExit, match="is not a --set"):
+        c.main(base + ["--only", f"x={tmp_path / 'decode.txt'}"])
+    with pytest.raises(SystemExit, match="NAME=VALUE"):
+        c.main(base + ["--set-target", "d"])
+    (tmp_path / "none.txt").write_text("128x128x128:nt\n")
+    with pytest.raises(SystemExit, match="none of the 1 shapes"):
+        c.main(base + ["--only", f"d={tmp_path / 'none.txt'}"])
