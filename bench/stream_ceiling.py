@@ -15,7 +15,9 @@ wiped before each call), the bytes each op moves over its GPU time:
          16-byte loads); the best of each kind is kept beside it (read_triton_us, read_bulk_us,
          read_ldg_us: the Triton kernel alone made the floor until 2026-12-05)
   sum    torch.sum(x, dtype=float32): the library's read path, for comparison
-  write  x.zero_(): writes only
+  write  writes only, the fastest of x.zero_() and the CUDA writers of bench/stream_cuda.py (TMA
+         bulk stores from shared memory, 16-byte stores), the best of each kind kept beside it
+         (write_torch_us, write_bulk_us, write_stg_us; x.zero_() alone until 2026-12-05)
 Also `empty`: a kernel that does nothing (the launch cost on this clock), so a kernel's fixed cost
 can be told from its streaming rate.
 
@@ -101,8 +103,8 @@ def measure(mb: list[int], min_ms: float, server_calls: int) -> tuple[list[dict]
     from cudal2.device import current
     rows = []
     empty = timing.offline({"empty": lambda: torch.cuda._sleep(0)}, min_calls=200, min_ms=5.0)["empty"].median_us
-    readers = stream_cuda.Readers(stream_cuda.compile_readers(), current().sm_count)
-    cuda_out = torch.empty(max(readers.grid(c) for c in stream_cuda.CONFIGS), device="cuda", dtype=torch.int32)
+    streams = stream_cuda.Streams(stream_cuda.compile_streams(), current().sm_count)
+    cuda_out = torch.empty(max(streams.grid(c) for c in stream_cuda.CONFIGS), device="cuda", dtype=torch.int32)
     for size in mb:
         n = size * (1 << 20) // 2                      # fp16 elements
         src = torch.randn(n, device="cuda", dtype=torch.float16)
@@ -121,11 +123,15 @@ def measure(mb: list[int], min_ms: float, server_calls: int) -> tuple[list[dict]
                 raise SystemExit(f"read kernel {block}x{iters} w{warps}: wrong XOR at {size} MB")
         want = stream_cuda.xor_all(host.tobytes())
         for name in stream_cuda.CONFIGS:
-            if not readers.check_read(name, src, cuda_out, want):
+            if not streams.check_read(name, src, cuda_out, want):
                 raise SystemExit(f"read kernel {name}: wrong XOR at {size} MB")
+        for name in stream_cuda.WRITERS:
+            if not streams.check_write(name, dst):
+                raise SystemExit(f"write kernel {name}: wrong words at {size} MB")
         del host
         fns = {f"read {b}x{i} w{w}": read_fn(words, out, b, i, w) for b, i, w in READ_CONFIGS}
-        fns.update({f"read {name}": readers.fn(name, src, cuda_out) for name in stream_cuda.CONFIGS})
+        fns.update({f"read {name}": streams.fn(name, src, cuda_out) for name in stream_cuda.CONFIGS})
+        fns.update({f"write {name}": streams.fn(name, dst) for name in stream_cuda.WRITERS})
         fns.update({"copy": lambda: dst.copy_(src), "sum": lambda: torch.sum(src, dtype=torch.float32),
                     "write": lambda: dst.zero_()})
         for mode in ("offline", "server"):
@@ -134,15 +140,19 @@ def measure(mb: list[int], min_ms: float, server_calls: int) -> tuple[list[dict]
             key = "median_us" if mode == "offline" else "mean_us"
             t = {name: getattr(s, key) for name, s in st.items()}
             reads = {name: v for name, v in t.items() if name.startswith("read ")}
-            best_cfg = min(reads, key=reads.get)
-            times = {"copy": t["copy"], "read": reads[best_cfg], "sum": t["sum"], "write": t["write"]}
-            row = {"mb": size, "bytes": n * 2, "mode": mode, "read_config": best_cfg[5:]}
+            writes = {name: v for name, v in t.items() if name == "write" or name.startswith("write ")}
+            best_cfg, best_w = min(reads, key=reads.get), min(writes, key=writes.get)
+            times = {"copy": t["copy"], "read": reads[best_cfg], "sum": t["sum"], "write": writes[best_w]}
+            row = {"mb": size, "bytes": n * 2, "mode": mode, "read_config": best_cfg[5:],
+                   "write_config": best_w[6:] or "zero_"}
             row.update({f"{op}_us": round(v, 3) for op, v in times.items()})
             row.update({f"{op}_tbs": round(v, 3) for op, v in rates(times, n * 2).items()})
             row["read_over_copy"] = round(row["read_tbs"] / row["copy_tbs"], 3)
-            # the best of each way of reading, beside the best of all
+            # the best of each way of reading and of writing, beside the best of all
             for kind in READ_KINDS:
                 row[f"read_{kind}_us"] = round(min(v for k, v in reads.items() if read_kind(k) == kind), 3)
+            for kind in WRITE_KINDS:
+                row[f"write_{kind}_us"] = round(min(v for k, v in writes.items() if write_kind(k) == kind), 3)
             rows.append(row)
         del src, dst, words, out
         torch.cuda.empty_cache()
@@ -150,6 +160,7 @@ def measure(mb: list[int], min_ms: float, server_calls: int) -> tuple[list[dict]
 
 
 READ_KINDS = ("triton", "bulk", "ldg")
+WRITE_KINDS = ("torch", "bulk", "stg")
 
 
 def read_kind(name: str) -> str:
@@ -158,17 +169,27 @@ def read_kind(name: str) -> str:
     return word if word in ("bulk", "ldg") else "triton"
 
 
+def write_kind(name: str) -> str:
+    """Which way a timed write ("write": x.zero_(), "write bulk 16K x4", "write stg x4 t512") writes."""
+    return name.split()[1] if name != "write" else "torch"
+
+
 def markdown(rows: list[dict], empty_us: float, card: str, commit: str, command: str) -> str:
     out = [f"# Streaming ceiling on {card} (commit {commit})", "", f"    {command}", "",
            f"An empty kernel on this clock: {empty_us:.2f} µs (offline median). TB/s = bytes moved / GPU "
            "time (copy counts read + write).", "",
-           "| MB | mode | copy TB/s | read TB/s (config) | read TB/s: Triton / bulk / ldg | torch.sum TB/s | write TB/s | read / copy |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| MB | mode | copy TB/s | read TB/s (config) | read TB/s: Triton / bulk / ldg | torch.sum TB/s "
+           "| write TB/s (config) | write TB/s: zero_ / bulk / stg | read / copy |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def kinds(r, op, names):
+        return " / ".join(f"{r['bytes'] / (r[f'{op}_{k}_us'] * 1e-6) / 1e12:.2f}" if r.get(f"{op}_{k}_us") else "-"
+                          for k in names)
     for r in rows:
-        kinds = " / ".join(f"{r['bytes'] / (r[f'read_{k}_us'] * 1e-6) / 1e12:.2f}" if r.get(f"read_{k}_us") else "-"
-                           for k in READ_KINDS)
+        wcfg = f" ({r['write_config']})" if r.get("write_config") else ""
         out.append(f"| {r['mb']} | {r['mode']} | {r['copy_tbs']:.2f} | {r['read_tbs']:.2f} ({r['read_config']}) | "
-                   f"{kinds} | {r['sum_tbs']:.2f} | {r['write_tbs']:.2f} | {r['read_over_copy']:.2f} |")
+                   f"{kinds(r, 'read', READ_KINDS)} | {r['sum_tbs']:.2f} | {r['write_tbs']:.2f}{wcfg} | "
+                   f"{kinds(r, 'write', WRITE_KINDS)} | {r['read_over_copy']:.2f} |")
     return "\n".join(out) + "\n"
 
 

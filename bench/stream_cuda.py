@@ -1,5 +1,6 @@
-"""CUDA read kernels for bench/stream_ceiling.py: how fast the card moves a buffer into its SMs the
-two ways the GEMM families load (issue 20's skinny ceiling: bench/class_ceiling.py reads the fastest).
+"""CUDA read and write kernels for bench/stream_ceiling.py: how fast the card moves a buffer into its
+SMs the ways the GEMM families load, and out of them the ways they store (issue 20's skinny ceiling
+and issue 19's shortK one: bench/class_ceiling.py takes the fastest of each).
 
 The read floor came from a Triton kernel alone (2026-12-05): 3.9 TB/s offline at 32 MiB on the H200,
 about its HBM rate, though a buffer that size stays in L2 between offline calls and a GEMM's CTAs
@@ -13,7 +14,16 @@ too high and a class's ceiling too low, so these read the way our kernels do:
   ldg   plain 16-byte loads, grid-stride, UNROLL independent ones in flight per thread
 
 Each CTA stores the XOR of every 32-bit word it read into out[blockIdx.x]; the XOR of all CTAs'
-must be the buffer's (`check`). Compiled by NVRTC for sm_90a (no header), launched through the
+must be the buffer's (`check_read`). The write floor came from x.zero_() (2.4 TB/s at 32 MiB on the
+H200), and it binds 113 of the 148 shortK grid shapes, so the writers store the way the epilogues do:
+
+  bulk  TMA's 1D bulk store (cp.async.bulk global <- shared, bulk groups), the wgmma family's
+        epilogue path: every thread writes its part of a chunk into a ring slot, fences it for the
+        async proxy, thread 0 stores the slot and, before the slot is written again, waits until at
+        most STAGES - 1 stores are still reading the ring
+  stg   plain 16-byte stores, grid-stride, UNROLL per thread per step
+Both write word w as pattern(w) = (w * 2654435761 mod 2^32) ^ seed, which `check_write` compares on
+the card without a second buffer. Compiled by NVRTC for sm_90a (no header), launched through the
 driver on torch's current stream. Knobs per config in CONFIGS; the grid is the card's SM count
 times the CTAs each SM holds.
 """
@@ -103,10 +113,62 @@ __device__ __forceinline__ void ldg(const uint4* __restrict__ g, u64 n16, u32* o
 
 extern "C" __global__ void k_ldg4(const uint4* g, u64 n16, u32* out) { ldg<4>(g, n16, out); }
 extern "C" __global__ void k_ldg8(const uint4* g, u64 n16, u32* out) { ldg<8>(g, n16, out); }
+
+// ---- writers: word w of the buffer gets pattern(w), so the host can check without a copy
+__device__ __forceinline__ u32 pattern(u64 w, u32 seed) { return (u32)(w * 2654435761ull) ^ seed; }
+__device__ __forceinline__ uint4 pattern4(u64 w, u32 seed) {
+    return make_uint4(pattern(w, seed), pattern(w + 1, seed), pattern(w + 2, seed), pattern(w + 3, seed));
+}
+
+template <int U>
+__device__ __forceinline__ void stg(uint4* g, u64 n16, u32 seed) {
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + (U - 1) * stride < n16; i += U * stride) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) g[i + u * stride] = pattern4(4 * (i + u * stride), seed);
+    }
+    for (; i < n16; i += stride) g[i] = pattern4(4 * i, seed);
+}
+
+extern "C" __global__ void k_stg4(uint4* g, u64 n16, u32 seed) { stg<4>(g, n16, seed); }
+
+// nbytes: a multiple of chunk; chunk: a multiple of 16 x blockDim.x, at most 64 KB.
+template <int STAGES>
+__device__ __forceinline__ void bulk_store(unsigned char* g, u64 nbytes, u32 chunk, u32 seed) {
+    extern __shared__ __align__(128) unsigned char ring[];
+    const u64 nchunks = nbytes / chunk;
+    const u64 mine = blockIdx.x < nchunks ? (nchunks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    for (u64 i = 0; i < mine; ++i) {
+        const u32 s = (u32)(i % STAGES);
+        const u64 c = blockIdx.x + i * gridDim.x;
+        if (i >= STAGES) {
+            // the store issued from slot s STAGES chunks ago has read it: the slot may be written
+            if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(STAGES - 1) : "memory");
+            __syncthreads();
+        }
+        uint4* slot = reinterpret_cast<uint4*>(ring + (u64)s * chunk);
+        const u64 w0 = c * (chunk / 4);
+        for (u32 j = threadIdx.x; j < chunk / 16; j += blockDim.x) slot[j] = pattern4(w0 + 4ull * j, seed);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");    // generic writes -> the async proxy
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                         :: "l"(g + c * (u64)chunk), "r"(smem_u32(slot)), "r"(chunk) : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }
+    }
+    if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+extern "C" __global__ void k_bulk_store4(unsigned char* g, u64 nbytes, u32 chunk, u32 seed) {
+    bulk_store<4>(g, nbytes, chunk, seed);
+}
 '''
 
 # name -> (kernel, threads, CTAs per SM, chunk bytes, stages): bulk rings of 128-192 KB per SM (one
-# CTA, or two of half the ring), ldg at full occupancy (2048 threads per SM).
+# CTA, or two of half the ring), ldg / stg at full occupancy (2048 threads per SM). The bulk store's
+# stages are its kernel's template argument (cp.async.bulk.wait_group.read takes a constant).
 CONFIGS = {
     "bulk 16K x8": ("k_bulk", 128, 1, 16 << 10, 8),
     "bulk 32K x6": ("k_bulk", 128, 1, 32 << 10, 6),
@@ -114,14 +176,28 @@ CONFIGS = {
     "ldg x4 t512": ("k_ldg4", 512, 4, 0, 0),
     "ldg x8 t256": ("k_ldg8", 256, 8, 0, 0),
 }
+WRITERS = {
+    "bulk 16K x4": ("k_bulk_store4", 128, 2, 16 << 10, 4),
+    "bulk 32K x4": ("k_bulk_store4", 128, 1, 32 << 10, 4),
+    "stg x4 t512": ("k_stg4", 512, 4, 0, 0),
+}
+SEED = 0x9E3779B9
+
+
+def _config(name: str) -> tuple:
+    if name in CONFIGS:
+        return CONFIGS[name]
+    if name in WRITERS:
+        return WRITERS[name]
+    raise KeyError(f"no reader or writer named {name!r}")
 
 
 def config_error(name: str, nbytes: int) -> str | None:
-    """Why CONFIGS[name] cannot read a buffer of `nbytes`, or None."""
-    kernel, threads, per_sm, chunk, stages = CONFIGS[name]
+    """Why reader or writer `name` cannot take a buffer of `nbytes`, or None."""
+    kernel, threads, per_sm, chunk, stages = _config(name)
     if nbytes % 16:
-        return f"{nbytes} B is not a multiple of 16 (16-byte loads)"
-    if kernel == "k_bulk":
+        return f"{nbytes} B is not a multiple of 16 (16-byte accesses)"
+    if kernel.startswith("k_bulk"):
         if chunk % (16 * threads) or chunk > 64 << 10:
             return f"chunk {chunk} B: a multiple of 16 x {threads} threads, at most 64 KB"
         if not 1 <= stages <= 16:
@@ -132,7 +208,7 @@ def config_error(name: str, nbytes: int) -> str | None:
 
 
 def smem_bytes(name: str) -> int:
-    _k, _t, _p, chunk, stages = CONFIGS[name]
+    _k, _t, _p, chunk, stages = _config(name)
     return chunk * stages
 
 
@@ -142,13 +218,13 @@ def xor_all(data: bytes) -> int:
     return int(np.bitwise_xor.reduce(np.frombuffer(data, dtype="<u4"))) if data else 0
 
 
-def compile_readers(arch: str = "sm_90a") -> bytes:
+def compile_streams(arch: str = "sm_90a") -> bytes:
     from cudal2.nvrtc import compile_cubin
     return compile_cubin(SOURCE, arch, ("-std=c++17",))[0]
 
 
-class Readers:
-    """The module loaded on the current device, and a launch per config bound to one buffer."""
+class Streams:
+    """The module loaded on the current device, and a launch per reader or writer bound to one buffer."""
 
     def __init__(self, cubin: bytes, sms: int):
         import torch
@@ -160,7 +236,7 @@ class Readers:
         self.module = check(self.d.cuModuleLoadData(cubin), "cuModuleLoadData")
         attr = self.d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         self.funcs = {}
-        for name, (kernel, _t, _p, _c, _s) in CONFIGS.items():
+        for name, (kernel, _t, _p, _c, _s) in {**CONFIGS, **WRITERS}.items():
             if kernel not in self.funcs:
                 self.funcs[kernel] = check(self.d.cuModuleGetFunction(self.module, kernel.encode()), kernel)
             if smem_bytes(name) > 48 << 10:
@@ -168,22 +244,27 @@ class Readers:
         self._keep = []
 
     def grid(self, name: str) -> int:
-        return self.sms * CONFIGS[name][2]
+        return self.sms * _config(name)[2]
 
-    def fn(self, name: str, buf, out):
-        """A launch of config `name` reading `buf` (a contiguous CUDA tensor) into out[:grid]: no
-        status check on the hot path (`check` launches it once, checked, before any timing)."""
+    def fn(self, name: str, buf, out=None):
+        """A launch of reader `name` reading `buf` (a contiguous CUDA tensor) into out[:grid], or of
+        writer `name` writing the pattern into `buf`: no status check on the hot path (check_read /
+        check_write launch it once, checked, before any timing)."""
         import torch
-        kernel, threads, _p, chunk, stages = CONFIGS[name]
+        kernel, threads, _p, chunk, stages = _config(name)
         nbytes = buf.numel() * buf.element_size()
         why = config_error(name, nbytes)
         if why:
             raise ValueError(f"{name}: {why}")
-        if out.numel() < self.grid(name):
-            raise ValueError(f"out holds {out.numel()} words; {name} has {self.grid(name)} CTAs")
         u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-        slots = ([u64(buf.data_ptr()), u64(nbytes), u32(chunk), u32(stages), u64(out.data_ptr())]
-                 if kernel == "k_bulk" else [u64(buf.data_ptr()), u64(nbytes // 16), u64(out.data_ptr())])
+        if name in WRITERS:
+            slots = ([u64(buf.data_ptr()), u64(nbytes), u32(chunk), u32(SEED)] if kernel == "k_bulk_store4"
+                     else [u64(buf.data_ptr()), u64(nbytes // 16), u32(SEED)])
+        else:
+            if out is None or out.numel() < self.grid(name):
+                raise ValueError(f"{name} needs an out of at least {self.grid(name)} words (one per CTA)")
+            slots = ([u64(buf.data_ptr()), u64(nbytes), u32(chunk), u32(stages), u64(out.data_ptr())]
+                     if kernel == "k_bulk" else [u64(buf.data_ptr()), u64(nbytes // 16), u64(out.data_ptr())])
         args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
         self._keep.append((slots, args))
         func, grid, smem, d, argp = self.funcs[kernel], self.grid(name), smem_bytes(name), self.d, ctypes.addressof(args)
@@ -202,3 +283,27 @@ class Readers:
         torch.cuda.synchronize()
         got = out[: self.grid(name)].cpu().numpy().view(np.uint32)
         return int(np.bitwise_xor.reduce(got)) == want
+
+    def check_write(self, name: str, buf) -> bool:
+        """One checked launch of writer `name` over `buf` (first filled with something else): does
+        every word hold pattern(w)?"""
+        import torch
+        buf.view(torch.int32).fill_(0x5A5A5A5A)
+        self.check(self.fn(name, buf)(), f"cuLaunchKernel({name})")
+        torch.cuda.synchronize()
+        return holds_pattern(buf)
+
+
+def holds_pattern(buf) -> bool:
+    """Every 32-bit word w of `buf` (a CUDA tensor) is pattern(w): compared on the card, 64 Mi words
+    at a time."""
+    import torch
+    words = buf.view(torch.int32)
+    step = 1 << 26
+    for lo in range(0, words.numel(), step):
+        hi = min(words.numel(), lo + step)
+        w = torch.arange(lo, hi, device=words.device, dtype=torch.int64)
+        want = ((w * 2654435761) & 0xFFFFFFFF) ^ SEED
+        if not torch.equal(words[lo:hi].to(torch.int64) & 0xFFFFFFFF, want):
+            return False
+    return True

@@ -69,13 +69,18 @@ def test_rates_and_table():
     assert r["read"] == pytest.approx(nbytes / 28e-6 / 1e12)
     row = {"mb": 117, "bytes": nbytes, "mode": "offline", "read_config": "bulk 16K x8", "copy_tbs": 4.2,
            "read_tbs": 4.4, "sum_tbs": 4.0, "write_tbs": 4.1, "read_over_copy": 1.048,
-           "read_triton_us": nbytes / 4.0e6, "read_bulk_us": nbytes / 4.4e6, "read_ldg_us": nbytes / 4.3e6}
-    old = {k: v for k, v in row.items() if not k.startswith("read_") or k in ("read_config", "read_tbs", "read_over_copy")}
+           "read_triton_us": nbytes / 4.0e6, "read_bulk_us": nbytes / 4.4e6, "read_ldg_us": nbytes / 4.3e6,
+           "write_config": "bulk 32K x4", "write_torch_us": nbytes / 3.0e6, "write_bulk_us": nbytes / 4.1e6,
+           "write_stg_us": nbytes / 3.5e6}
+    old = {k: v for k, v in row.items() if not k.startswith(("read_", "write_"))
+           or k in ("read_config", "read_tbs", "read_over_copy", "write_tbs")}
     md = sc.markdown([row, old], 3.42, "NVIDIA H200", "abc1234", "python3 bench/stream_ceiling.py --out x")
-    assert "| 117 | offline | 4.20 | 4.40 (bulk 16K x8) | 4.00 / 4.40 / 4.30 | 4.00 | 4.10 | 1.05 |" in md
-    assert "| 117 | offline | 4.20 | 4.40 (bulk 16K x8) | - / - / - | 4.00 | 4.10 | 1.05 |" in md   # a row of before
+    assert ("| 117 | offline | 4.20 | 4.40 (bulk 16K x8) | 4.00 / 4.40 / 4.30 | 4.00 | 4.10 (bulk 32K x4) | "
+            "3.00 / 4.10 / 3.50 | 1.05 |") in md
+    assert "| 117 | offline | 4.20 | 4.40 (bulk 16K x8) | - / - / - | 4.00 | 4.10 | - / - / - | 1.05 |" in md   # a row of before
     assert "3.42 µs" in md
     assert [sc.read_kind(n) for n in ("read 4096x4 w8", "read bulk 32K x6", "read ldg x8 t256")] == ["triton", "bulk", "ldg"]
+    assert [sc.write_kind(n) for n in ("write", "write bulk 16K x4", "write stg x4 t512")] == ["torch", "bulk", "stg"]
 
 
 def test_cli_refuses_bad_sizes_and_needs_a_gpu(tmp_path, capsys):

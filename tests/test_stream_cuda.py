@@ -1,5 +1,6 @@
-"""bench/stream_cuda.py: the CUDA read kernels compile for sm_90a without a GPU to the load paths
-they are named for, refuse buffers they cannot read, and (on a card) XOR every word exactly once."""
+"""bench/stream_cuda.py: the CUDA read and write kernels compile for sm_90a without a GPU to the
+load and store paths they are named for, refuse buffers they cannot take, and (on a card) the
+readers XOR every word exactly once and the writers write every word's pattern."""
 import re
 from collections import Counter
 
@@ -16,7 +17,7 @@ def _module():
 def test_compiles_to_bulk_copies_and_wide_loads_without_spills():
     from cudal2.backends.sass import cuobjdump, sass_lines
     sc = _module()
-    cubin = sc.compile_readers("sm_90a")
+    cubin = sc.compile_streams("sm_90a")
     tool = cuobjdump()
     if tool is None:
         pytest.skip("no cuobjdump (CUDA toolkit on PATH or the triton wheel's copy)")
@@ -27,19 +28,25 @@ def test_compiles_to_bulk_copies_and_wide_loads_without_spills():
     assert ops["LDS.128"] >= 1                         # ... and read back out of shared memory
     # k_ldg4 / k_ldg8: 4 + 8 unrolled 16-byte loads through the read-only path, plus each one's tail
     assert ops["LDG.E.128.CONSTANT"] == 4 + 1 + 8 + 1
+    assert ops["UBLKCP.G.S"] >= 1                     # k_bulk_store4: TMA's 1D bulk store, shared -> global
+    assert ops["FENCE.VIEW.ASYNC.S"] >= 1              # ... after the slot's writes are fenced for it
+    assert ops["STG.E.128"] == 4 + 1                   # k_stg4: 4 unrolled 16-byte stores and the tail's
     assert not any(op.startswith(("LDL", "STL")) for op in ops)   # no local memory (spills)
 
 
 def test_config_limits_and_smem():
     sc = _module()
     mib = 1 << 20
-    for name in sc.CONFIGS:
+    for name in {**sc.CONFIGS, **sc.WRITERS}:
         assert sc.config_error(name, 8 * mib) is None, name
         assert sc.smem_bytes(name) <= 227 * 1024          # one CTA's shared memory on sm_90
-        assert sc.CONFIGS[name][2] * sc.smem_bytes(name) <= 228 * 1024   # the CTAs an SM holds
+        assert {**sc.CONFIGS, **sc.WRITERS}[name][2] * sc.smem_bytes(name) <= 228 * 1024   # the CTAs an SM holds
     assert "multiple of the 16384 B chunk" in sc.config_error("bulk 16K x8", 8 * mib + 4096)
     assert "multiple of 16" in sc.config_error("ldg x4 t512", 8 * mib + 4)
     assert sc.config_error("ldg x4 t512", 8 * mib + 16) is None      # grid-stride: any 16-byte multiple
+    assert "multiple of the 32768 B chunk" in sc.config_error("bulk 32K x4", 8 * mib + 16384)
+    with pytest.raises(KeyError, match="no reader or writer"):
+        sc.config_error("bulk 1K x1", 8 * mib)
 
 
 def test_xor_all_is_the_xor_of_the_words():
@@ -56,7 +63,7 @@ def test_every_reader_reads_every_word_once():
         pytest.skip("no CUDA GPU")
     sc = _module()
     from cudal2.device import current
-    readers = sc.Readers(sc.compile_readers(), current().sm_count)
+    readers = sc.Streams(sc.compile_streams(), current().sm_count)
     out = torch.empty(max(readers.grid(c) for c in sc.CONFIGS), device="cuda", dtype=torch.int32)
     # 3 MiB: fewer chunks than CTAs for the bulk rings (some CTAs read none); 3 MiB + 48 KiB for the
     # loads' tails (not a multiple of any grid's stride)
@@ -72,3 +79,21 @@ def test_every_reader_reads_every_word_once():
         for name in sc.CONFIGS:
             if not sc.config_error(name, nbytes):
                 assert not readers.check_read(name, buf, out, want), name
+
+
+@pytest.mark.gpu
+def test_every_writer_writes_every_words_pattern():
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    sc = _module()
+    from cudal2.device import current
+    writers = sc.Streams(sc.compile_streams(), current().sm_count)
+    for nbytes in (3 << 20, (3 << 20) + (48 << 10)):
+        buf = torch.empty(nbytes // 2, device="cuda", dtype=torch.float16)
+        for name in sc.WRITERS:
+            if sc.config_error(name, nbytes):
+                continue
+            assert writers.check_write(name, buf), (name, nbytes)
+            buf.view(torch.int32)[-1] ^= 1            # the last word (the tail's) wrong: seen
+            assert not sc.holds_pattern(buf), name
