@@ -7,7 +7,8 @@ write C once and do 2MNK flops. Each has a time measured on the card (no GPU her
   latency  launch_cost.py: the empty kernel over 132 CTAs + the cheapest first load it measured
            (ld.global, cp.async or TMA, each over an empty kernel)
   read     stream_ceiling.py: the fastest of its read-only kernels on the bytes of A and B
-  write    stream_ceiling.py: x.zero_() on the bytes of C
+  write    stream_ceiling.py: the fastest of its write-only ones (x.zero_() in runs before
+           2026-12-05's CUDA writers) on the bytes of C
   compute  2MNK / the card's peak: the larger of the compare's measured one (`peak.flops`) and the
            highest rate any call in the compare reached offline (a peak measured low must not
            put a floor above a time the card ran)
@@ -16,9 +17,10 @@ The floor is the largest of the four (they overlap; their sum would overstate it
 t_best-cublas / floor. Between the measured sizes (8 MiB to 1 GiB) a time is interpolated linearly
 in bytes, below 8 MiB from the empty kernel's time at 0 bytes (over 132 CTAs where the launch file
 has it), and past 1 GiB at 1 GiB's rate: an affine launch + bytes / rate, which under 8 MiB sits
-below what any kernel pays (a read waits at least one load's latency). So the floors are generous and a ceiling is an upper bound by these
-measurements: a faster read or write kernel than the ones measured would raise it. Offline floors
-come from the offline columns, server ones (cold L2, after an idle gap) from the server columns.
+below what any kernel pays (a read waits at least one load's latency). So the floors are generous
+and a ceiling is an upper bound by these measurements: a faster read or write kernel than the ones
+measured would raise it. Offline floors come from the offline columns, server ones (cold L2, after
+an idle gap) from the server columns; the peak is the offline one in both.
 
   python3 bench/class_ceiling.py \
       --ceiling bench/results/h200-sm90/probe/run72_stream_ceiling_h200-sm90_e1ca355.json \
@@ -40,6 +42,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -156,7 +159,6 @@ def read_shapes(path: str) -> set[str]:
 
 def _share(x: float, ceil: float) -> float | None:
     """How much of the way from 1.0 to the ceiling x is, on a log scale (1.0: at the ceiling)."""
-    import math
     return math.log(x) / math.log(ceil) if ceil > 1.0 else None
 
 
@@ -233,6 +235,8 @@ def main(argv=None) -> int:
     launch = load_json(a.launch) if a.launch else None
     card_key = ceiling.get("card") or "?"
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    if not modes or set(modes) - set(MODES):
+        raise SystemExit(f"error: --modes {a.modes!r}: a comma-separated list of {', '.join(MODES)}")
     result = {"card": card_key, "ceiling": a.ceiling, "launch": a.launch, "targets": targets,
               "command": "python3 bench/class_ceiling.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "latency": {}, "sets": {}, "shapes": {}}

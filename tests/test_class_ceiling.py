@@ -116,6 +116,8 @@ def test_cli_writes_the_tables_and_refuses_another_cards_compare(tmp_path, capsy
         c.main(args[:4] + ["--set", f"x={tmp_path / 'h100.json'}", "--out", str(out)])
     with pytest.raises(SystemExit, match="CLASS=X"):
         c.main(args + ["--target", "tiny=1.5"])
+    with pytest.raises(SystemExit, match="--modes"):
+        c.main(args + ["--modes", "offline,cold"])
 
 
 def test_only_restricts_a_set_to_a_shapes_file_with_its_own_target(tmp_path):
