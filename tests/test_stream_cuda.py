@@ -34,6 +34,20 @@ def test_compiles_to_bulk_copies_and_wide_loads_without_spills():
     assert not any(op.startswith(("LDL", "STL")) for op in ops)   # no local memory (spills)
 
 
+def test_register_counts_let_the_configured_ctas_share_an_sm():
+    # ldg / stg run 2048 threads an SM (4 x 512, 8 x 256): 65536 registers / 2048 = 32 a thread at
+    # most, or the grid's CTAs are not all resident at once. (A CPU host has no driver, so NVRTC's
+    # -v log always names the entries: NOTES 2026-12-05, run 70.)
+    from cudal2.nvrtc import compile_cubin
+    sc = _module()
+    _, log = compile_cubin(sc.SOURCE, "sm_90a", ("-std=c++17", "-Xptxas=-v"))
+    regs = dict(re.findall(r"Function properties for (\w+)\n.*?Used (\d+) registers", log, re.S))
+    if not regs:     # with a driver, a PTX it has compiled before comes from its cache, ptxas silent
+        pytest.skip("NVRTC's log names no entry (the driver's compute cache answered)")
+    for name, (kernel, threads, per_sm, _c, _s) in {**sc.CONFIGS, **sc.WRITERS}.items():
+        assert int(regs[kernel]) * threads * per_sm <= 65536, (name, regs[kernel])
+
+
 def test_config_limits_and_smem():
     sc = _module()
     mib = 1 << 20
