@@ -61,9 +61,10 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # Issue 20: what the card streams one way (read-only, write-only) beside the copy PROTOCOL's BW
       # is, 8 MB to 1 GiB, offline and with L2 wiped (bench/stream_ceiling.py; seconds): whether a
       # decode kernel can pass cuBLAS's ~3.6 TB/s on the 117-136 MB weights at all, and the read and
-      # write floors of bench/class_ceiling.py. Since 2026-12-05 it times the CUDA readers too (TMA
-      # bulk copies, 16-byte loads: 12 ops a size where it timed 7; each reader checked over the
-      # whole buffer first), hence 200 s where run 72 needed well under 120.
+      # write floors of bench/class_ceiling.py. Since 2026-12-05 it times the CUDA readers and
+      # writers too (TMA bulk copies and stores, 16-byte loads and stores: 15 ops a size where it
+      # timed 7, each reader and writer checked over the whole buffer first, at 9 sizes where it
+      # took 7), hence 200 s where run 72 needed well under 120.
       timeout 200 python3 bench/stream_ceiling.py --out "$OUT" 2>&1 | tail -20 ;;
     launch)
       # Issues 20 / 19: what a short kernel pays before its work: empty kernels by parameter block,

@@ -212,10 +212,12 @@ def smem_bytes(name: str) -> int:
     return chunk * stages
 
 
-def xor_all(data: bytes) -> int:
-    """The XOR of a buffer's little-endian u32 words: what the CTAs' outputs XOR to."""
+def xor_all(data) -> int:
+    """The XOR of a buffer's little-endian u32 words (bytes or a contiguous array): what the CTAs'
+    outputs XOR to."""
     import numpy as np
-    return int(np.bitwise_xor.reduce(np.frombuffer(data, dtype="<u4"))) if data else 0
+    words = np.frombuffer(data, dtype="<u4")
+    return int(np.bitwise_xor.reduce(words)) if words.size else 0
 
 
 def compile_streams(arch: str = "sm_90a") -> bytes:

@@ -68,6 +68,7 @@ def test_xor_all_is_the_xor_of_the_words():
     words = np.array([1, 2, 4, 0xFFFFFFFF, 7], dtype="<u4")
     assert sc.xor_all(words.tobytes()) == (1 ^ 2 ^ 4 ^ 0xFFFFFFFF ^ 7)
     assert sc.xor_all(b"") == 0
+    assert sc.xor_all(words.view(np.int32)) == sc.xor_all(words.tobytes())   # an array as it is
 
 
 @pytest.mark.gpu
