@@ -2,7 +2,7 @@
 # One device call = one run of this script: install from the tree, then the named stages, with
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
-# ceiling launch cublas-evidence small-band.
+# ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt).
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -71,18 +71,21 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # dynamic smem, cluster, CTAs; a 64x64 tile's first load by TMA (with / without the tensor-map
       # prefetch), cp.async and plain loads (bench/launch_cost.py; seconds).
       timeout 120 python3 bench/launch_cost.py --out "$OUT" 2>&1 | tail -20 ;;
-    small-band|small-band:*)
-      # small-band[:SECONDS] (default 300). Issue 20's small class misses 1.20 in its middle band
-      # (bench/small_band.txt: 40 grid nt shapes at 5.5-8 µs where cudal2 ties cuBLAS; the ceiling
-      # there is 1.44, bench/class_ceiling.py), where the grid search tried ~9 specs a shape. Here
-      # each gets the wave model's 16, the lite schedule of its 8 best tiles and the cost model's 4,
-      # timed beside the baselines (bench/hopper_sweep.py): if the best of ~28 still ties cuBLAS,
-      # the miss is the kernels', not the search's.
-      secs=300; [ "$stage" != small-band ] && secs=${stage#small-band:}
-      timeout $((secs + 90)) python3 bench/hopper_sweep.py --out "$OUT" --layouts nt --tag small_band \
-        --shapes "$(grep -v '^#' bench/small_band.txt | cut -d: -f1 | paste -sd, -)" --n-cands 16 --lite 8 \
+    band:*)
+      # band:NAME[:SECONDS] (default 300): the shapes of bench/NAME_band.txt swept wider than the
+      # grid search did (~9 specs a shape there): the wave model's 16 specs, the lite schedule of its
+      # 8 best tiles and the cost model's 4, timed beside the baselines (bench/hopper_sweep.py). If
+      # the best of ~28 still ties cuBLAS, a class's miss is the kernels', not the search's.
+      #   small    issue 20: 40 grid nt shapes at 5.5-8 µs where cudal2 ties cuBLAS (the class's
+      #            ceiling there 1.44, bench/class_ceiling.py; 1,008 of the 1,105 pairs unmeasured)
+      #   starved  issue 19: 40 grid nt shapes where cudal2 ties cuBLAS (the class's ceiling 1.505)
+      rest=${stage#band:}; name=${rest%%:*}; secs=300; [ "$rest" != "$name" ] && secs=${rest#*:}
+      list=bench/${name}_band.txt
+      if [ ! -f "$list" ]; then echo "no $list (bands: $(ls bench/*_band.txt | sed 's|bench/||; s|_band.txt||' | paste -sd' ' -))"; else
+      timeout $((secs + 90)) python3 bench/hopper_sweep.py --out "$OUT" --layouts nt --tag "${name}_band" \
+        --shapes "$(grep -v '^#' "$list" | cut -d: -f1 | paste -sd, -)" --n-cands 16 --lite 8 \
         --cost-model bench/results/h200-sm90/costmodel/cost_h200_2859efc.pt --n-cost 4 \
-        --time-limit "$secs" 2>&1 | tail -20 ;;
+        --time-limit "$secs" 2>&1 | tail -20; fi ;;
     cublas-evidence|cublas-evidence:*)
       # cublas-evidence[:SECONDS] (default 480). A card whose kernels came by transfer (the H100) has no cuBLAS entries: torch.matmul ran 0.965x
       # of best-cublas on its 1,564 grid shapes without a kernel (runs 87-90). `cudal2 registry
