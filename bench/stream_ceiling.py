@@ -104,7 +104,7 @@ def measure(mb: list[int], min_ms: float, server_calls: int) -> tuple[list[dict]
     rows = []
     empty = timing.offline({"empty": lambda: torch.cuda._sleep(0)}, min_calls=200, min_ms=5.0)["empty"].median_us
     streams = stream_cuda.Streams(stream_cuda.compile_streams(), current().sm_count)
-    cuda_out = torch.empty(max(streams.grid(c) for c in stream_cuda.CONFIGS), device="cuda", dtype=torch.int32)
+    cuda_out = torch.empty(max(streams.grid(c) for c in stream_cuda.READERS), device="cuda", dtype=torch.int32)
     for size in mb:
         n = size * (1 << 20) // 2                      # fp16 elements
         src = torch.randn(n, device="cuda", dtype=torch.float16)
@@ -122,7 +122,7 @@ def measure(mb: list[int], min_ms: float, server_calls: int) -> tuple[list[dict]
             if not np.array_equal(out[:progs].cpu().numpy(), xor_reference(host, block, iters)):
                 raise SystemExit(f"read kernel {block}x{iters} w{warps}: wrong XOR at {size} MB")
         want = stream_cuda.xor_all(host)      # the host copy as it is (no second GiB)
-        for name in stream_cuda.CONFIGS:
+        for name in stream_cuda.READERS:
             if not streams.check_read(name, src, cuda_out, want):
                 raise SystemExit(f"read kernel {name}: wrong XOR at {size} MB")
         for name in stream_cuda.WRITERS:
@@ -130,7 +130,7 @@ def measure(mb: list[int], min_ms: float, server_calls: int) -> tuple[list[dict]
                 raise SystemExit(f"write kernel {name}: wrong words at {size} MB")
         del host
         fns = {f"read {b}x{i} w{w}": read_fn(words, out, b, i, w) for b, i, w in READ_CONFIGS}
-        fns.update({f"read {name}": streams.fn(name, src, cuda_out) for name in stream_cuda.CONFIGS})
+        fns.update({f"read {name}": streams.fn(name, src, cuda_out) for name in stream_cuda.READERS})
         fns.update({f"write {name}": streams.fn(name, dst) for name in stream_cuda.WRITERS})
         fns.update({"copy": lambda: dst.copy_(src), "sum": lambda: torch.sum(src, dtype=torch.float32),
                     "write": lambda: dst.zero_()})

@@ -24,7 +24,7 @@ H200), and it binds 113 of the 148 shortK grid shapes, so the writers store the 
   stg   plain 16-byte stores, grid-stride, UNROLL per thread per step
 Both write word w as pattern(w) = (w * 2654435761 mod 2^32) ^ seed, which `check_write` compares on
 the card without a second buffer. Compiled by NVRTC for sm_90a (no header), launched through the
-driver on torch's current stream. Knobs per config in CONFIGS; the grid is the card's SM count
+driver on torch's current stream. Knobs per config in READERS; the grid is the card's SM count
 times the CTAs each SM holds.
 """
 from __future__ import annotations
@@ -169,7 +169,7 @@ extern "C" __global__ void k_bulk_store4(unsigned char* g, u64 nbytes, u32 chunk
 # name -> (kernel, threads, CTAs per SM, chunk bytes, stages): bulk rings of 128-192 KB per SM (one
 # CTA, or two of half the ring), ldg / stg at full occupancy (2048 threads per SM). The bulk store's
 # stages are its kernel's template argument (cp.async.bulk.wait_group.read takes a constant).
-CONFIGS = {
+READERS = {
     "bulk 16K x8": ("k_bulk", 128, 1, 16 << 10, 8),
     "bulk 32K x6": ("k_bulk", 128, 1, 32 << 10, 6),
     "bulk 8K x8 2/SM": ("k_bulk", 128, 2, 8 << 10, 8),
@@ -185,8 +185,8 @@ SEED = 0x9E3779B9
 
 
 def _config(name: str) -> tuple:
-    if name in CONFIGS:
-        return CONFIGS[name]
+    if name in READERS:
+        return READERS[name]
     if name in WRITERS:
         return WRITERS[name]
     raise KeyError(f"no reader or writer named {name!r}")
@@ -210,6 +210,15 @@ def config_error(name: str, nbytes: int) -> str | None:
 def smem_bytes(name: str) -> int:
     _k, _t, _p, chunk, stages = _config(name)
     return chunk * stages
+
+
+def kernel_smem() -> dict[str, int]:
+    """Per kernel, the most dynamic shared memory any of its configs asks for: the attribute is the
+    kernel's, so it is set once to the largest ring (a later, smaller config must not lower it)."""
+    most: dict[str, int] = {}
+    for name, (kernel, *_rest) in {**READERS, **WRITERS}.items():
+        most[kernel] = max(most.get(kernel, 0), smem_bytes(name))
+    return most
 
 
 def xor_all(data) -> int:
@@ -238,11 +247,10 @@ class Streams:
         self.module = check(self.d.cuModuleLoadData(cubin), "cuModuleLoadData")
         attr = self.d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         self.funcs = {}
-        for name, (kernel, _t, _p, _c, _s) in {**CONFIGS, **WRITERS}.items():
-            if kernel not in self.funcs:
-                self.funcs[kernel] = check(self.d.cuModuleGetFunction(self.module, kernel.encode()), kernel)
-            if smem_bytes(name) > 48 << 10:
-                check(self.d.cuFuncSetAttribute(self.funcs[kernel], attr, smem_bytes(name)), f"{name}: smem")
+        for kernel, smem in kernel_smem().items():
+            self.funcs[kernel] = check(self.d.cuModuleGetFunction(self.module, kernel.encode()), kernel)
+            if smem > 48 << 10:
+                check(self.d.cuFuncSetAttribute(self.funcs[kernel], attr, smem), f"{kernel}: {smem} B smem")
         self._keep = []
 
     def grid(self, name: str) -> int:

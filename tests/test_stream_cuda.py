@@ -44,17 +44,19 @@ def test_register_counts_let_the_configured_ctas_share_an_sm():
     regs = dict(re.findall(r"Function properties for (\w+)\n.*?Used (\d+) registers", log, re.S))
     if not regs:     # with a driver, a PTX it has compiled before comes from its cache, ptxas silent
         pytest.skip("NVRTC's log names no entry (the driver's compute cache answered)")
-    for name, (kernel, threads, per_sm, _c, _s) in {**sc.CONFIGS, **sc.WRITERS}.items():
+    for name, (kernel, threads, per_sm, _c, _s) in {**sc.READERS, **sc.WRITERS}.items():
         assert int(regs[kernel]) * threads * per_sm <= 65536, (name, regs[kernel])
 
 
 def test_config_limits_and_smem():
     sc = _module()
     mib = 1 << 20
-    for name in {**sc.CONFIGS, **sc.WRITERS}:
+    for name in {**sc.READERS, **sc.WRITERS}:
         assert sc.config_error(name, 8 * mib) is None, name
         assert sc.smem_bytes(name) <= 227 * 1024          # one CTA's shared memory on sm_90
-        assert {**sc.CONFIGS, **sc.WRITERS}[name][2] * sc.smem_bytes(name) <= 228 * 1024   # the CTAs an SM holds
+        assert {**sc.READERS, **sc.WRITERS}[name][2] * sc.smem_bytes(name) <= 228 * 1024   # the CTAs an SM holds
+    # one attribute per kernel: the largest ring of its configs (k_bulk's 32K x6 after its 8K x8)
+    assert sc.kernel_smem()["k_bulk"] == 6 * 32 * 1024 and sc.kernel_smem()["k_ldg4"] == 0
     assert "multiple of the 16384 B chunk" in sc.config_error("bulk 16K x8", 8 * mib + 4096)
     assert "multiple of 16" in sc.config_error("ldg x4 t512", 8 * mib + 4)
     assert sc.config_error("ldg x4 t512", 8 * mib + 16) is None      # grid-stride: any 16-byte multiple
@@ -90,11 +92,11 @@ def streams():
 def test_every_reader_reads_every_word_once(streams):
     import torch
     sc, readers = streams
-    out = torch.empty(max(readers.grid(c) for c in sc.CONFIGS), device="cuda", dtype=torch.int32)
+    out = torch.empty(max(readers.grid(c) for c in sc.READERS), device="cuda", dtype=torch.int32)
     for nbytes in SIZES:
         buf = torch.randint(-2**31, 2**31 - 1, (nbytes // 4,), device="cuda", dtype=torch.int32)
         want = sc.xor_all(buf.cpu().numpy())
-        names = [n for n in sc.CONFIGS if not sc.config_error(n, nbytes)]
+        names = [n for n in sc.READERS if not sc.config_error(n, nbytes)]
         for name in names:
             assert readers.check_read(name, buf, out, want), (name, nbytes)
         buf[12345] ^= 1                                # a word changed: every reader sees it
