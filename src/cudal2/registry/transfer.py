@@ -29,11 +29,13 @@ from itertools import zip_longest
 from pathlib import Path
 
 from ..problems import Problem
+from ..stats import Stats
 from .entry import Entry, RegistryError, check_margin
 from .index import Registry
 from .record import lost_cold
 
 CHECKS = ("random", "exact", "poison", "guard", "fresh")     # what compare's kernel_source runs
+STATS_FIELDS = tuple(f.name for f in dataclasses.fields(Stats))
 
 
 def for_timing(src, from_key: str, to_key: str, dest, searched_only: bool = False,
@@ -81,8 +83,8 @@ def for_timing(src, from_key: str, to_key: str, dest, searched_only: bool = Fals
 
 
 def _stats(row: dict, mode: str, name: str) -> dict:
-    keys = ("median_us", "mean_us", "p50_us", "p99_us", "min_us", "spread", "n")
-    return {k: row[f"{mode}_{name}_{k}"] for k in keys if row.get(f"{mode}_{name}_{k}") is not None}
+    """A compare row's `<mode>_<name>_<stat>` columns back as one Stats dict (report.py's names)."""
+    return {k: row[f"{mode}_{name}_{k}"] for k in STATS_FIELDS if row.get(f"{mode}_{name}_{k}") is not None}
 
 
 def verdict(row: dict, src_entry: Entry | None, margin: float, guard: float) -> str | None:
