@@ -23,12 +23,9 @@ from ..problems import Problem
 from . import evidence
 from .entry import Entry, RegistryError, check_margin
 from .index import Registry
+from .timings import row_offline
 
 AUTOTUNE = "cublaslt-autotune"
-
-
-def _row_timing(row: dict, names: list[str]) -> dict:
-    return {n: row[f"offline_{n}_median_us"] for n in names if row.get(f"offline_{n}_median_us")}
 
 
 def fill_cublas(registry, compares: list[dict], margin: float = evidence.CUBLAS_MARGIN,
@@ -62,7 +59,7 @@ def fill_cublas(registry, compares: list[dict], margin: float = evidence.CUBLAS_
         timings, algo = [], None
         for i, row in rows:
             names = (compares[i].get("config") or {}).get("baselines") or []
-            t = _row_timing(row, names)
+            t = row_offline(row, names)
             if "torch" in t:
                 timings.append((i, row, t))
         if not timings:

@@ -38,6 +38,11 @@ def add_timings(registry_path, device_key: str, timings: dict,
     return moved
 
 
+def row_offline(row: dict, names) -> dict:
+    """{baseline: offline median us} of one compare row, for the baselines `names` it timed."""
+    return {n: row[f"offline_{n}_median_us"] for n in names if row.get(f"offline_{n}_median_us")}
+
+
 def compare_timings(compare_json: dict) -> dict:
     """{problem text: {baseline: offline median us}} of a `cudal2 compare --json` file's rows. Where
     cudal2 dispatched to a cuBLASLt call (`cudal2_via`), cudal2's column timed that call as the
@@ -49,7 +54,7 @@ def compare_timings(compare_json: dict) -> dict:
     names = compare_json.get("config", {}).get("baselines") or []
     out = {}
     for r in compare_json.get("rows", []):
-        t = {n: r[f"offline_{n}_median_us"] for n in names if r.get(f"offline_{n}_median_us")}
+        t = row_offline(r, names)
         via, dispatched = str(r.get("cudal2_via") or ""), r.get("offline_cudal2_median_us")
         if via in t and via != "torch" and dispatched:
             t[via] = dispatched
