@@ -47,8 +47,8 @@ def main(argv=None) -> int:
         print(f"error: {src}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     found, stale = settle(rows, entries, lt, first_run_ts(doc.get("runs")))
-    settled = {Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text: r for r in found}
-    new_rows = [settled.get(Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text, r) for r in rows]
+    settled = {Problem.of_row(r).text: r for r in found}
+    new_rows = [settled.get(Problem.of_row(r).text, r) for r in rows]
     cfg = doc.get("config") or {}
     meta = {k: v for k, v in doc.items() if k not in ("schema", "summary", "rows")}
     plain = out.with_suffix("") if out.suffix == ".gz" else out

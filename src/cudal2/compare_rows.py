@@ -49,7 +49,7 @@ def stale_rows(rows: list[dict], entries: dict[str, Entry], lt_version: int | No
     (bench/grid_baselines.py --retime-stale)."""
     out = {}
     for r in rows:
-        key = Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text
+        key = Problem.of_row(r).text
         e = entries.get(key)
         if e is None:
             continue
@@ -80,7 +80,7 @@ def settle_torch(rows: list[dict], entries: dict[str, Entry], lt_version: int | 
     import time
     out = []
     for r in rows:
-        key = Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text
+        key = Problem.of_row(r).text
         e = entries.get(key)
         if key not in stale or e is None or dispatched_now(e, lt_version) != "torch":
             continue
@@ -103,7 +103,7 @@ def settle(rows: list[dict], entries: dict[str, Entry], lt_version: int | None,
     stale = stale_rows(rows, entries, lt_version, timed_by)
     settled = settle_torch(rows, entries, lt_version, stale)
     for r in settled:
-        del stale[Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text]
+        del stale[Problem.of_row(r).text]
     return settled, stale
 
 
@@ -137,13 +137,13 @@ def resume_rows(doc: dict, problems, config: dict, entries: dict[str, Entry] | N
     want = {p.text: p for p in problems}
     by: dict[str, dict] = {}
     for r in doc.get("rows") or []:
-        key = Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text
+        key = Problem.of_row(r).text
         if key in want:
             by[key] = r
     if entries is not None:
         settled, stale = settle(list(by.values()), entries, lt_version, first_run_ts(doc.get("runs")))
         for r in settled:             # kept, with cudal2_settled saying why; no timing needed
-            by[Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text] = r
+            by[Problem.of_row(r).text] = r
     elif spec_text is not None:
         from .spec import KernelSpec
         text = KernelSpec.parse(spec_text).text

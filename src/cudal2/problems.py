@@ -46,6 +46,11 @@ class Problem:
             raise ProblemError(f"shape {text!r} says layout {m.group(4)} but {layout} was asked for")
         return cls(M, N, K, lay)
 
+    @classmethod
+    def of_row(cls, row: dict) -> "Problem":
+        """The problem a `cudal2 compare --json` row timed (its M, N, K and layout; nn if it names none)."""
+        return cls(row["M"], row["N"], row["K"], row.get("layout", "nn"))
+
     @property
     def shape(self) -> str:
         return f"{self.M}x{self.N}x{self.K}"

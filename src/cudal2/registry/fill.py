@@ -49,7 +49,7 @@ def fill_cublas(registry, compares: list[dict], margin: float = evidence.CUBLAS_
     seen: dict[str, list[tuple[int, dict]]] = {}
     for i, doc in enumerate(compares):
         for row in doc.get("rows", []):
-            p = Problem(row["M"], row["N"], row["K"], row.get("layout", "nn")).text
+            p = Problem.of_row(row).text
             seen.setdefault(p, []).append((i, row))
     filed, skipped = [], {}
     for p, rows in seen.items():

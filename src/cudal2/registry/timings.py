@@ -59,7 +59,7 @@ def compare_timings(compare_json: dict) -> dict:
         if via in t and via != "torch" and dispatched:
             t[via] = dispatched
         if t:
-            out[Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text] = t
+            out[Problem.of_row(r).text] = t
     return out
 
 
@@ -70,7 +70,7 @@ def server_timings(compare_json: dict) -> dict:
     for r in compare_json.get("rows", []):
         k, t = r.get("server_cudal2_mean_us"), r.get("server_torch_mean_us")
         if r.get("cudal2_via") == "kernel" and k and t:
-            out[Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text] = {"cudal2": k, "torch": t}
+            out[Problem.of_row(r).text] = {"cudal2": k, "torch": t}
     return out
 
 
@@ -127,7 +127,7 @@ def call_timings(compare_json: dict) -> dict:
         if via in calls and k:
             got[via] = k
         if got:
-            out[Problem(r["M"], r["N"], r["K"], r.get("layout", "nn")).text] = {"torch": t, **got}
+            out[Problem.of_row(r).text] = {"torch": t, **got}
     return out
 
 

@@ -128,7 +128,7 @@ def file_winners(registry, src, from_key: str, compare: dict, margin: float = 1.
     held = target.entries.get(to_key, {})
     items, skipped = [], {}
     for row in compare.get("rows", []):
-        prob = Problem(row["M"], row["N"], row["K"], row.get("layout", "nn"))
+        prob = Problem.of_row(row)
         p = prob.text
         e = source.lookup(prob, from_key)
         why = verdict(row, e, margin, guard)
