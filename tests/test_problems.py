@@ -67,3 +67,9 @@ def test_a_long_shape_list_is_not_taken_for_a_file_name():
                     for n, k in ((4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336)))
     got = parse_shapes(text, "nt")
     assert len(got) == 28 and got[0] == Problem(1, 4096, 4096, "nt") and got[-1] == Problem(64, 4096, 14336, "nt")
+
+
+def test_of_row_is_the_problem_a_compare_row_timed():
+    from cudal2.problems import Problem
+    assert Problem.of_row({"M": 7, "N": 100, "K": 3000, "layout": "nt"}) == Problem(7, 100, 3000, "nt")
+    assert Problem.of_row({"M": 64, "N": 64, "K": 64}).text == "64x64x64:nn"   # rows before layouts: nn
