@@ -2,7 +2,7 @@
 # One device call = one run of this script: install from the tree, then the named stages, with
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
-# ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt).
+# ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk.
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -86,6 +86,15 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         --shapes "$(grep -v '^#' "$list" | cut -d: -f1 | paste -sd, -)" --n-cands 16 --lite 8 \
         --cost-model bench/results/h200-sm90/costmodel/cost_h200_2859efc.pt --n-cost 4 \
         --time-limit "$secs" 2>&1 | tail -20; fi ;;
+    bk|bk:*)
+      # bk[:SECONDS] (default 200): issue 19's k-tile depth. The wave model's 6 best specs of 6 grid nt
+      # shapes of each class (small, shortK, starved, mid, large) again at bk 32 and 128, each with
+      # the deepest ring that fits, timed beside their bk-64 parents and the baselines
+      # (bench/hopper_sweep.py --bks; the JSON's bk_pairs: each variant over its parent).
+      secs=200; [ "$stage" != bk ] && secs=${stage#bk:}
+      timeout $((secs + 90)) python3 bench/hopper_sweep.py --out "$OUT" --layouts nt --tag bk \
+        --classes small,shortK,starved,mid,large --per-class 6 --n-cands 6 --bks 32,128 \
+        --time-limit "$secs" 2>&1 | tail -14 ;;
     cublas-evidence|cublas-evidence:*)
       # cublas-evidence[:SECONDS] (default 480). A card whose kernels came by transfer (the H100) has no cuBLAS entries: torch.matmul ran 0.965x
       # of best-cublas on its 1,564 grid shapes without a kernel (runs 87-90). `cudal2 registry

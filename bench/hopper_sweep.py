@@ -11,7 +11,11 @@ per-class summary, keyed by card and commit, with the command line:
 
   python3 bench/hopper_sweep.py --out $OUT [--classes shortK,starved,mid,large] [--layouts nn,nt]
       [--per-class 16] [--shapes MxNxK,...] [--n-cands 8] [--extra "spec;spec"] [--time-limit 400]
-      [--fit-compare]
+      [--fit-compare] [--bks 32,128]
+
+--bks re-times the wave model's candidates with other k-tile depths (wgmma bk 32 / 128, each with
+the deepest ring that fits: from "bk32" / "bk128"); the JSON's "bk_pairs" gives, per bk, each
+variant's speed over its bk-64 parent (same tile, schedule and split) on the same shape.
 """
 from __future__ import annotations
 
@@ -65,15 +69,16 @@ def _compile(args):
 
 
 def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite: int = 0,
-         cost_model=None, n_cost: int = 0, fit_compare: bool = False) -> dict:
+         cost_model=None, n_cost: int = 0, fit_compare: bool = False, bks: tuple = ()) -> dict:
     """Per problem {spec text: where it came from}: the wave model's candidates ("wave", lite ones
     included), the first `clusters` of them again on a 2-CTA cluster ("cluster"), the learned cost
     model's best `n_cost` CUDA specs of its pool (rl/costrank.py; "cost"), then the extra specs
-    valid there ("extra"). A spec two sources name keeps the first."""
+    valid there ("extra"), then each wave candidate at every bk of `bks` with the deepest ring that
+    fits ("bk32" / "bk128"). A spec two sources name keeps the first."""
     import dataclasses
 
     from cudal2.spec import KernelSpec, is_valid
-    from cudal2.tiles import candidates
+    from cudal2.tiles import candidates, max_stages
     out = {}
     for p in problems:
         cands = candidates(p, dev, n_cands, lite=lite)
@@ -98,6 +103,11 @@ def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite:
             s = KernelSpec.parse(t)
             if is_valid(s, p, dev):
                 specs.setdefault(s.text, "extra")
+        for s in cands:
+            for bk in bks:
+                v = max_stages(dataclasses.replace(s, bk=bk), p, dev) if bk != s.bk else None
+                if v is not None:
+                    specs.setdefault(v.text, f"bk{bk}")
         out[p] = specs
     return out
 
@@ -165,6 +175,26 @@ def summarize(rows: list[dict], source: str | None = None) -> dict:
             for g, v in sorted(groups.items())}
 
 
+def bk_pairs(rows: list[dict]) -> dict:
+    """Per bk variant ("bk32", "bk128"): over every shape where it and its bk-64 parent (the same
+    spec but bk and stages) both ran, the parent's time over the variant's (> 1: the variant is
+    faster): pairs, geomean, worst, best, faster (> 1.01) and slower (< 0.99) counts."""
+    def key(r):
+        d = dict(kv.split("=") for kv in r["spec"].split())
+        return (r["shape"], r["layout"], tuple((k, v) for k, v in d.items() if k not in ("bk", "stages"))), d["bk"]
+    us = {key(r): r["us"] for r in rows if r["us"]}
+    ratios: dict = {}
+    for r in rows:
+        src = r.get("from") or ""
+        parent = us.get((key(r)[0], "64"))
+        if src.startswith("bk") and r["us"] and parent:
+            ratios.setdefault(src, []).append(parent / r["us"])
+    return {src: {"pairs": len(v), "geomean": round(math.exp(sum(map(math.log, v)) / len(v)), 4),
+                  "worst": round(min(v), 4), "best": round(max(v), 4),
+                  "faster": sum(x > 1.01 for x in v), "slower": sum(x < 0.99 for x in v)}
+            for src, v in sorted(ratios.items())}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results/h200-sm90")
@@ -180,6 +210,7 @@ def main(argv=None) -> int:
                     help="also time the candidates ranked without the card's cluster counts (from: wave-fit / wave-nofit)")
     ap.add_argument("--cost-model", default="", help="a `cudal2 train` checkpoint: also time its best --n-cost specs")
     ap.add_argument("--n-cost", type=int, default=4, help="the cost model's specs per shape (with --cost-model)")
+    ap.add_argument("--bks", default="", help="comma-separated wgmma bk (32, 128): the wave candidates again at each")
     ap.add_argument("--min-ms", type=float, default=10.0, help="offline timing per function, at least")
     ap.add_argument("--time-limit", type=float, default=400.0, help="start no shape after this many seconds")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="compile processes")
@@ -212,7 +243,8 @@ def main(argv=None) -> int:
         from cudal2.rl.costmodel import CostModel
         model = CostModel.load(args.cost_model)
     specs = plan(problems, dev, args.n_cands, [t for t in args.extra.split(";") if t.strip()], args.clusters,
-                 args.lite, model, args.n_cost, args.fit_compare)
+                 args.lite, model, args.n_cost, args.fit_compare,
+                 tuple(int(x) for x in args.bks.split(",") if x.strip()))
     print(f"cluster CTAs resident at once (cudal2.cluster_fit), (size, CTAs): {dev.cluster_ctas}", flush=True)
     jobs = {(t, p.layout): (t, p.shape, p.layout, dev.to_dict()) for p in problems for t in specs[p]}
     errors = {}
@@ -241,11 +273,14 @@ def main(argv=None) -> int:
             w.writeheader()
             w.writerows(rows)
         by_source = {src: summarize(rows, src) for src in sorted({r["from"] for r in rows if r["from"]})}
-        (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(rows), "by_source": by_source},
-                                                    indent=1))
+        (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(rows), "by_source": by_source,
+                                                     "bk_pairs": bk_pairs(rows)}, indent=1))
     for g, s in summarize(rows).items():
         print(f"{g:14s} {s['shapes']:3d} shapes  geomean {s['geomean']:.3f}x  worst {s['worst']:.3f}x  "
               f"best {s['best']:.3f}x  wins {s['wins']}")
+    for src, s in bk_pairs(rows).items():
+        print(f"{src:6s} vs bk 64: {s['pairs']} pairs, geomean {s['geomean']:.3f}x, worst {s['worst']:.3f}x, "
+              f"best {s['best']:.3f}x, faster {s['faster']}, slower {s['slower']}")
     print(f"done in {time.monotonic() - t0:.0f} s")
     return 0
 

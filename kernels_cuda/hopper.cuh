@@ -69,12 +69,26 @@ DEVI void ld_cg_f4(const float* p, float& a, float& b, float& c, float& d) {
     asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p) : "memory");
 }
 
-// wgmma smem descriptors, 128-byte swizzle (mode 1 in bits 62-63), addresses in 16-byte units.
-// K-major: rows of 64 fp16 (128 B), 8-row core groups 1024 B apart (SBO); LBO unused.
+// wgmma smem descriptors, addresses in 16-byte units, the swizzle's layout type in bits 62-63.
+// K-major: rows of K_ROW_BYTES (the family's atom: 64 fp16 = 128 B, 128-byte swizzle, type 1; or
+// 32 fp16 = 64 B, 64-byte swizzle, type 2), 8-row core groups 8 rows apart (SBO); LBO unused.
+#ifndef BK
+#define BK 64
+#endif
+#if BK != 32 && BK != 64 && BK != 128
+#error "wgmma: BK is 32, 64 or 128"
+#endif
+// A k-tile of a K-major operand is KATOMS swizzle atoms side by side: KA = 64 columns (128-byte
+// rows, 128-byte swizzle) at BK 64 / 128, KA = 32 (64-byte rows, 64-byte swizzle) at BK 32, each
+// one TMA box of KA columns by the tile's rows (the launcher encodes the same box).
+#define KA (BK < 64 ? BK : 64)
+#define KATOMS (BK / KA)
+#define K_ROW_BYTES (KA * 2)
 DEVI u64 desc_kmajor(u32 addr) {
-    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)((8 * K_ROW_BYTES) >> 4) << 32) |
+           ((u64)(K_ROW_BYTES == 128 ? 1 : 2) << 62);
 }
-// N-major (nn B): the tile is BN / NN_COLS blocks of 64 k-rows x NN_COLS columns (rows of
+// N-major (nn B): the tile is BN / NN_COLS blocks of BK k-rows x NN_COLS columns (rows of
 // NN_ROW_BYTES = 128, 64 or 32 B, each block one TMA box swizzled across its row). Blocks are
 // NN_BLOCK_BYTES apart (LBO), 8-k-row groups 8 rows apart (SBO); the layout type is the swizzle
 // spanning a row: 1 = 128 B, 2 = 64 B, 3 = 32 B (the canonical MN-major layouts of the PTX ISA's
@@ -83,7 +97,7 @@ DEVI u64 desc_kmajor(u32 addr) {
 #define NN_COLS 64
 #endif
 #define NN_ROW_BYTES (NN_COLS * 2)
-#define NN_BLOCK_BYTES (64 * NN_ROW_BYTES)
+#define NN_BLOCK_BYTES (BK * NN_ROW_BYTES)
 #define NN_LAYOUT_TYPE (NN_COLS == 64 ? 1 : (NN_COLS == 32 ? 2 : 3))
 DEVI u64 desc_nmajor(u32 addr) {
     return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(NN_BLOCK_BYTES >> 4) << 16) |

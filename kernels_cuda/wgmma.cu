@@ -5,9 +5,9 @@
 //                    issues the first STAGES k-tiles at once (all of K where it fits, so one load
 //                    latency) and refills each slot as the consumers release it; 1-2 warpgroups.
 //   warpgroup 0      producer (LITE=0): one thread issues TMA loads (cp.async.bulk.tensor.2d) of A and B
-//                    tiles into a STAGES-deep ring of 128-byte-swizzled smem, completed on "full"
-//                    mbarriers; it waits on "empty" mbarriers before reusing a slot. It runs ahead
-//                    into the next work unit while the consumers finish the last one.
+//                    tiles into a STAGES-deep ring of swizzled smem (128-byte; 64-byte at BK 32),
+//                    completed on "full" mbarriers; it waits on "empty" mbarriers before reusing a
+//                    slot. It runs ahead into the next work unit while the consumers finish the last one.
 //   warpgroups 1..C  consumers: wgmma.mma_async m64nBNk16 from the ring, fp32 accumulators in
 //                    registers (setmaxnreg moves registers from the producer to them).
 //                    PINGPONG=0 (cooperative): the C warpgroups split each tile's rows.
@@ -36,8 +36,9 @@
 // larger tile), horizontally adjacent tiles sharing A. Layout nt: both operands K-major; nn: B is
 // N-major and wgmma reads it through the transpose bit, in TMA boxes of NN_COLS columns (64, 32 or
 // 16: the largest dividing BN) swizzled across their 128/64/32-byte rows (hopper.cuh).
-// Knobs (macros): BM BN BK(=64) WARPS CONSUMERS PINGPONG LITE STAGES GROUP_M CLUSTER MC_A SPLIT_K
-//                 LAYOUT_NT SUBTILE EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest
+// Knobs (macros): BM BN BK (32, 64 or 128 k-columns per ring stage: one 64-byte-swizzle atom, one or
+//                 two 128-byte ones; hopper.cuh) WARPS CONSUMERS PINGPONG LITE STAGES GROUP_M CLUSTER
+//                 MC_A SPLIT_K LAYOUT_NT SUBTILE EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest
 //                 dividing BN / SUBTILE) NN_COLS (nn: B's TMA box width, likewise of BN).
 // The PTX wrappers it calls (mbarrier, TMA, stmatrix, wgmma, DSMEM) are in hopper.cuh.
 // RED_CHUNK (64: all of a slice's groups), EXIT_RELAXED (1), A_TRIM (1 where CLUSTER == 1): on in
@@ -72,8 +73,15 @@
 // pointers after M, N, K (the launcher sees the module's `cudal2_lite_cp`).
 
 #define THREADS (WARPS * 32)
-#define A_BYTES (BM * 64 * 2)
-#define B_BYTES (BN * 64 * 2)
+// BK's swizzle atoms (KA columns each, rows of K_ROW_BYTES, KATOMS per k-tile): hopper.cuh.
+// Byte offset of k16 step `k` in a K-major tile whose atoms are `atom` bytes apart: its atom, then
+// its 32-byte step inside the atom's rows. One atom (BK 32 / 64) is spelled k x 32 so BK 64 compiles
+// to the SASS filed before BK was a knob (2026-12-05).
+#define K_OFS(k, atom) (KATOMS == 1 ? (k) * 32 : ((k) / (KA / 16)) * (atom) + ((k) % (KA / 16)) * 32)
+#define A_ATOM (BM * K_ROW_BYTES)         // one atom of the A tile
+#define B_ATOM (BN * K_ROW_BYTES)         // one atom of the (nt) B tile
+#define A_BYTES (BM * BK * 2)
+#define B_BYTES (BN * BK * 2)
 #define STAGE_BYTES (A_BYTES + B_BYTES)
 #if PINGPONG
 #define CROWS BM                          // output rows a consumer warpgroup owns per unit
@@ -128,8 +136,8 @@
 #define LITE_CP 0       // lite, nt: all of K by cp.async when it fits the ring, no TMA load (see the header)
 #endif
 #if LITE_CP
-#if !LITE || !LAYOUT_NT || CLUSTER > 1 || EARLY_LOAD
-#error "LITE_CP: the lite schedule (warp_spec 0), layout nt, no 2-CTA cluster, no EARLY_LOAD"
+#if !LITE || !LAYOUT_NT || CLUSTER > 1 || EARLY_LOAD || BK != 64
+#error "LITE_CP: the lite schedule (warp_spec 0), layout nt, BK 64, no 2-CTA cluster, no EARLY_LOAD"
 #endif
 __device__ int cudal2_lite_cp;  // tells the launcher to pass A's and B's pointers after M, N, K
 #endif
@@ -140,7 +148,7 @@ __device__ int cudal2_lite_cp;  // tells the launcher to pass A's and B's pointe
 __device__ int cudal2_a_trim;   // tells the launcher to encode A's box M rows tall when M < BM
 #endif
 // Bytes of one k-tile of A that land in the ring: what the mbarrier's transaction count expects.
-DEVI u32 a_tx_bytes(int M) { return (A_TRIM && M < BM) ? (u32)M * 128u : (u32)A_BYTES; }
+DEVI u32 a_tx_bytes(int M) { return (A_TRIM && M < BM) ? (u32)M * (BK * 2u) : (u32)A_BYTES; }
 #define TL_ENTRY 0      // consumer 0's first thread enters the kernel
 #define TL_READY 1      // barriers initialised (after the cluster-wide sync)
 #define TL_PRODUCE 2    // the producer thread is about to issue its first load (its unit computed)
@@ -228,28 +236,37 @@ DEVI void produce(const TensorMap* tmA, const TensorMap* tmB, u32 ring, u32 full
     mbar_wait(empty0 + 8 * s, phase ^ 1);
     const u32 fb = full0 + 8 * s, sa = ring + s * STAGE_BYTES, sb = sa + A_BYTES;
     mbar_expect_tx(fb, a_tx + B_BYTES);
+    // One TMA box per swizzle atom of the k-tile (two at BK 128, atom a at a x A_ATOM / B_ATOM).
 #if MC_A
     // Half of the shared A tile's rows from each CTA, into both; B is this CTA's own.
-    tma_load_mc(sa + rank * (A_BYTES / CLUSTER), tmA, kt * 64, tm * BM + rank * (BM / CLUSTER), fb,
+    tma_load_mc(sa + rank * (A_ATOM / CLUSTER), tmA, kt * BK, tm * BM + rank * (BM / CLUSTER), fb,
                 (1u << CLUSTER) - 1);
+    if (KATOMS > 1)
+        tma_load_mc(sa + A_ATOM + rank * (A_ATOM / CLUSTER), tmA, kt * BK + KA, tm * BM + rank * (BM / CLUSTER),
+                    fb, (1u << CLUSTER) - 1);
 #else
-    tma_load(sa, tmA, kt * 64, tm * BM, fb);
+    tma_load(sa, tmA, kt * BK, tm * BM, fb);
+    if (KATOMS > 1) tma_load(sa + A_ATOM, tmA, kt * BK + KA, tm * BM, fb);
 #endif
 #if CLUSTER == 1 || MC_A
 #if LAYOUT_NT
-    tma_load(sb, tmB, kt * 64, tn * BN, fb);
+    tma_load(sb, tmB, kt * BK, tn * BN, fb);
+    if (KATOMS > 1) tma_load(sb + B_ATOM, tmB, kt * BK + KA, tn * BN, fb);
 #else
     for (int j = 0; j < BN / NN_COLS; ++j)
-        tma_load(sb + j * NN_BLOCK_BYTES, tmB, tn * BN + j * NN_COLS, kt * 64, fb);
+        tma_load(sb + j * NN_BLOCK_BYTES, tmB, tn * BN + j * NN_COLS, kt * BK, fb);
 #endif
 #else
     const unsigned short mask = (1u << CLUSTER) - 1;
 #if LAYOUT_NT
-    tma_load_mc(sb + rank * (B_BYTES / CLUSTER), tmB, kt * 64, tn * BN + rank * (BN / CLUSTER), fb, mask);
+    tma_load_mc(sb + rank * (B_ATOM / CLUSTER), tmB, kt * BK, tn * BN + rank * (BN / CLUSTER), fb, mask);
+    if (KATOMS > 1)
+        tma_load_mc(sb + B_ATOM + rank * (B_ATOM / CLUSTER), tmB, kt * BK + KA, tn * BN + rank * (BN / CLUSTER),
+                    fb, mask);
 #else
     for (int j = 0; j < BN / NN_COLS; ++j)
         tma_load_mc(sb + j * NN_BLOCK_BYTES + rank * (NN_BLOCK_BYTES / CLUSTER), tmB, tn * BN + j * NN_COLS,
-                    kt * 64 + rank * (64 / CLUSTER), fb, mask);
+                    kt * BK + rank * (BK / CLUSTER), fb, mask);
 #endif
 #endif
     if (++s == STAGES) { s = 0; phase ^= 1; }
@@ -310,7 +327,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             // after the barrier. Lite has no cluster: a unit per CTA, unit = blockIdx.x.
             const int tm_ = (M + BM - 1) / BM, tn_ = (N + BN - 1) / BN;
             int tm, tn, split, kt0, kt1;
-            unit_of(blockIdx.x, tm_, tn_, (K + 63) / 64, 0, tm, tn, split, kt0, kt1);
+            unit_of(blockIdx.x, tm_, tn_, (K + BK - 1) / BK, 0, tm, tn, split, kt0, kt1);
             TL(TL_PRODUCE, true);
             for (early_next = kt0; early_next < kt1 && early_next < kt0 + STAGES; ++early_next)
                 produce(&tmA, &tmB, ring, full0, empty0, tm, tn, early_next, 0, ps, pphase, a_tx_bytes(M));
@@ -328,7 +345,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
     const int ctiles_m = (tiles_m + CLUSTER - 1) / CLUSTER, ctiles_n = tiles_n;   // cluster-rows
 #endif
     const int total = ctiles_m * ctiles_n * SPLIT_K;            // work units
-    const int ktiles = (K + 63) / 64;
+    const int ktiles = (K + BK - 1) / BK;
     const int cid = blockIdx.x / CLUSTER, nclusters = gridDim.x / CLUSTER;
 
 #if !LITE
@@ -424,18 +441,18 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 const u32 sa = ring + s * STAGE_BYTES, sb = sa + A_BYTES;
                 wgmma_fence();
 #pragma unroll
-                for (int k16 = 0; k16 < 4; ++k16) {
+                for (int k16 = 0; k16 < BK / 16; ++k16) {
 #if LAYOUT_NT
-                    const u64 db = desc_kmajor(sb + k16 * 32);
+                    const u64 db = desc_kmajor(sb + K_OFS(k16, B_ATOM));
 #else
                     const u64 db = desc_nmajor(sb + k16 * 16 * NN_ROW_BYTES);
 #endif
 #pragma unroll
                     for (int mw = 0; mw < MW; ++mw) {
 #if PINGPONG
-                        const u64 da = desc_kmajor(sa + mw * 8192 + k16 * 32);
+                        const u64 da = desc_kmajor(sa + mw * (64 * K_ROW_BYTES) + K_OFS(k16, A_ATOM));
 #else
-                        const u64 da = desc_kmajor(sa + (c * MW + mw) * 8192 + k16 * 32);
+                        const u64 da = desc_kmajor(sa + (c * MW + mw) * (64 * K_ROW_BYTES) + K_OFS(k16, A_ATOM));
 #endif
                         wgmma_bn<LAYOUT_NT ? 0 : 1>(acc[mw], da, db, (kt != kt0 || k16 != 0) ? 1 : 0);
                     }

@@ -30,7 +30,7 @@ def grammar() -> str:
     lines = ["Fields, in this order, each as key=value:"]
     lines += [f"  {f}: {' | '.join(map(str, CHOICES[f]))}" for f in FIELDS]
     lines.append("Families: " + "; ".join(f"{b}: {', '.join(fs)}" for b, fs in FAMILIES.items()))
-    lines.append("Rules: the family must belong to the backend; wgmma needs bm,bn in 64|128|256, bk=64, "
+    lines.append("Rules: the family must belong to the backend; wgmma needs bm in 64|128|256, bk in 32|64|128, "
                  "warps 8|12; persistent and wgmma need N and K multiples of 8; the shared-memory ring "
                  "stages*(bm*bk+bk*bn)*2 bytes must fit the device; split_k at most the K tiles.")
     return "\n".join(lines)

@@ -161,6 +161,39 @@ def test_wgmma_odd_bn(gpu_device, layout, text):
     assert report.passed, "\n".join(r.line() for r in report.results)
 
 
+# bk 32 (a 64-byte swizzle atom per k-tile, 64-byte-swizzle descriptors) and bk 128 (two 128-byte
+# atoms, two TMA boxes per operand per stage; nn: B's boxes 128 k-rows tall) under the full checker
+# (edges off the tile grid; K = 1000 leaves a partial last k-tile at either bk): each schedule,
+# multicast of A and of B, both split-K reductions, A_TRIM at M = 1 and 33 (the checker's edges).
+BK = [
+    "bm=128 bn=128 bk=32 warps=12 stages=10",
+    "bm=128 bn=256 bk=128 warps=12 stages=2 subtile=2",
+    "bm=64 bn=96 bk=32 warps=8 stages=16 split_k=4",
+    "bm=128 bn=128 bk=128 warps=12 stages=2 warp_spec=2",
+    "bm=64 bn=64 bk=128 warps=4 stages=4 warp_spec=0 split_k=2",
+    "bm=64 bn=48 bk=32 warps=4 stages=8 warp_spec=0",
+    "bm=256 bn=128 bk=32 warps=12 stages=6 cluster=2",
+    "bm=128 bn=112 bk=128 warps=12 stages=3 cluster=2",
+    "bm=128 bn=128 bk=32 warps=12 stages=8 cluster=2",
+    "bm=64 bn=128 bk=128 warps=12 stages=3 warp_spec=2 split_k=2",
+]
+
+
+@pytest.mark.parametrize("text", BK)
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_bk(gpu_device, layout, text):
+    for p in (BASE.with_layout(layout), Problem(33, 384, 1000, layout)):
+        kernel = _build("cuda", "wgmma", text, p, gpu_device)
+        report = check_kernel(kernel, p, "cuda")
+        assert report.passed, f"{p}: " + "\n".join(r.line() for r in report.results)
+
+
+@pytest.mark.parametrize("text", [t for t in BK if "split_k" in t])
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_bk_split_k_is_deterministic(gpu_device, layout, text):
+    _split_k_determinism(gpu_device, layout, text)
+
+
 # A_TRIM=1 (wgmma.cu; the default where CLUSTER == 1 since 2026-12-05, run 62): A's TMA box M rows tall when M < BM,
 # the ring's rows >= M left stale. The full checker (its edges run the same kernel at M 1, 17, 100 ...)
 # at decode-like M, each schedule and split-K path.

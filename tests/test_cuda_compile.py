@@ -75,6 +75,18 @@ SPECS = [
     ("family=wgmma bm=64 bn=48 warps=4 stages=8 warp_spec=0 split_k=12", "nt"),
     ("family=wgmma bm=128 bn=64 warps=8 stages=6 warp_spec=0 split_k=3", "nn"),
     ("family=wgmma bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=3", "nt"),
+    # bk 32 (one 64-byte swizzle atom per k-tile: a deeper ring in the same smem) and bk 128 (two
+    # 128-byte atoms: half the barrier round trips per k) over each schedule and load path: TMA
+    # multicast of A and of B, nn's B boxes bk rows tall, the cluster split-K through a bk-32 ring.
+    ("family=wgmma bm=128 bn=128 bk=32 warps=12 stages=10", "nt"),
+    ("family=wgmma bm=128 bn=256 bk=128 warps=12 stages=2 subtile=2", "nn"),
+    ("family=wgmma bm=64 bn=96 bk=32 warps=8 stages=16 split_k=4", "nn"),
+    ("family=wgmma bm=128 bn=128 bk=128 warps=12 stages=2 warp_spec=2", "nt"),
+    ("family=wgmma bm=64 bn=64 bk=128 warps=4 stages=4 warp_spec=0 split_k=2", "nt"),
+    ("family=wgmma bm=64 bn=48 bk=32 warps=4 stages=8 warp_spec=0", "nn"),
+    ("family=wgmma bm=256 bn=128 bk=32 warps=12 stages=6 cluster=2", "nt"),
+    ("family=wgmma bm=128 bn=112 bk=128 warps=12 stages=3 cluster=2", "nn"),
+    ("family=wgmma bm=128 bn=128 bk=32 warps=12 stages=8 cluster=2", "nn"),
     ("family=mma bm=64 bn=64 bk=32 warps=4 stages=4 split_k=6", "nn"),
     ("family=mma bm=32 bn=64 bk=32 warps=4 stages=3 split_k=3", "nt"),
 ]
@@ -106,7 +118,7 @@ def test_compiles_for_sm90a(backend, hopper, text, layout):
     assert m["spills_bytes"] == 0, m["log"]
     # The knobs reached the source as the macros the template reads.
     src = art.source
-    for k, v in (("BM", spec.bm), ("BN", spec.bn), ("STAGES", spec.stages), ("SPLIT_K", spec.split_k),
+    for k, v in (("BM", spec.bm), ("BN", spec.bn), ("BK", spec.bk), ("STAGES", spec.stages), ("SPLIT_K", spec.split_k),
                  ("CLUSTER", spec.cluster), ("LAYOUT_NT", int(layout == "nt"))):
         assert f"#define {k} {v}\n" in src
     if spec.family == "mma":
@@ -170,6 +182,9 @@ def test_cache_key_covers_source_and_arch(backend):
     ("family=wgmma bm=64 bn=64 warps=4 stages=4 warp_spec=1", BIG, "warps"),          # no consumer left
     ("family=wgmma bm=64 bn=64 warps=12 stages=4 warp_spec=0", BIG, "warps"),         # lite: 1-2 warpgroups
     ("family=wgmma bm=128 bn=128 warps=8 stages=4 warp_spec=0 cluster=2", BIG, "cluster"),
+    ("family=wgmma bm=64 bn=64 bk=16 warps=8 stages=4", BIG, "bk"),            # no 32-byte K atom
+    # the cluster split-K's fp32 partial does not fit a 2-stage bk-32 ring beside the staging
+    ("family=wgmma bm=128 bn=192 bk=32 warps=12 stages=2 split_k=2", BIG, "split_k"),
     ("family=mma bm=64 bn=96 bk=32 warps=4 stages=3", BIG, "bn"),            # mma: powers of two
     ("family=mma bm=128 bn=128 bk=32 warps=12 stages=4", BIG, "warps"),
     ("family=mma bm=64 bn=64 bk=64 warps=4 stages=2 split_k=16", Problem(512, 512, 256), "split_k"),
@@ -228,6 +243,46 @@ def test_sass_uses_tensor_cores_and_no_local_memory(backend, hopper, sass, famil
         assert "UTMALDG" in sass and "SYNCS" in sass       # TMA loads completing on mbarriers
     else:
         assert "LDGSTS" in sass and "LDSM" in sass          # cp.async and ldmatrix
+
+
+@pytest.mark.parametrize("bk", [32, 64, 128])
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_bk_sets_mmas_and_loads_per_k_tile(backend, hopper, sass, bk, layout):
+    """A k-tile of bk columns: bk / 16 HGMMAs per m64 row block (the loop over k16 is unrolled), and
+    one TMA box per swizzle atom of each K-major operand (two at bk 128), one per 64-column block of
+    nn's B whatever bk (its boxes are bk rows tall). 128x128 on two consumer warpgroups: one m64
+    block each."""
+    spec = _spec(f"family=wgmma bm=128 bn=128 bk={bk} warps=12 stages={ {32: 8, 64: 4, 128: 2}[bk]}")
+    code = sass(backend.compile(spec, BIG.with_layout(layout), hopper).binary)
+    assert code.count("HGMMA.64x128x16.F32") == bk // 16
+    atoms = 2 if bk == 128 else 1
+    assert code.count("UTMALDG.2D") == atoms + (atoms if layout == "nt" else 128 // 64)
+    assert " LDL" not in code and " STL" not in code
+
+
+@pytest.mark.parametrize("bk", [32, 64, 128])
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_bk_tma_boxes_are_the_kernels_atoms(monkeypatch, bk, layout):
+    """The launcher's tensor maps match what wgmma.cu loads per k-tile: K-major boxes one swizzle
+    atom wide (64 columns = 128-byte rows at bk 64 / 128, 32 columns = 64-byte rows at bk 32, which
+    _encode swizzles by the row's bytes), by the tile's rows (halved for the operand a 2-CTA cluster
+    shares); nn's B boxes nn_b_cols wide by bk k-rows."""
+    from cudal2.backends import cuda_launch
+    boxes = []
+    monkeypatch.setattr(cuda_launch, "_encode", lambda ptr, inner, outer, bi, bo: boxes.append((inner, outer, bi, bo)) or b"")
+    for text in (f"bm=128 bn=96 bk={bk} warps=12 stages=2", f"bm=256 bn=128 bk={bk} warps=12 stages=2 cluster=2",
+                 f"bm=128 bn=128 bk={bk} warps=12 stages=2 cluster=2"):
+        spec = _spec("family=wgmma " + text)
+        launcher = object.__new__(cuda_launch.CudaKernel)
+        launcher.spec, launcher.layout, launcher.a_trim, launcher._tmaps = spec, layout, False, {}
+        boxes.clear()
+        launcher._tensor_maps(1000, 2048, 3000, (0,), 0, 0)
+        ca, cb = (2, 1) if spec.cluster_shares_a else (1, spec.cluster)
+        assert boxes[0] == (3000, 1000, min(bk, 64), spec.bm // ca)
+        if layout == "nt":
+            assert boxes[1] == (3000, 2048, min(bk, 64), spec.bn // cb)
+        else:
+            assert boxes[1] == (2048, 3000, spec.nn_b_cols, bk // cb)
 
 
 @pytest.mark.parametrize("text,layout", [

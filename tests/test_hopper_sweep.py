@@ -62,6 +62,40 @@ def test_plan_names_each_specs_source_and_summarizes_per_source():
     assert hs.summarize(rows, "cost")["small/nt"]["best"] == 1.2 and hs.summarize(rows)["small/nt"]["wins"] == 1
 
 
+def test_bks_adds_each_wave_candidate_at_other_k_tiles_and_pairs_them():
+    """--bks 32,128: every wave candidate again with bk 32 / 128 and the deepest ring that fits (a
+    bk-32 ring holds twice the stages of a bk-64 one in the same bytes), and bk_pairs divides each
+    parent's time by its variant's on the same shape only."""
+    import dataclasses
+
+    from cudal2.device import DeviceInfo
+    from cudal2.spec import KernelSpec, is_valid
+    from cudal2.tiles import candidates
+    dev = dataclasses.replace(DeviceInfo.target("sm_90a"), sm_count=132)
+    p = Problem(4096, 4096, 512, "nt")
+    got = hs.plan([p], dev, 3, [], bks=(32, 128))[p]
+    wave = candidates(p, dev, 3)
+    for s in wave:
+        for bk in (32, 128):
+            v = [KernelSpec.parse(t) for t, src in got.items() if src == f"bk{bk}"
+                 and dataclasses.replace(KernelSpec.parse(t), bk=64, stages=s.stages) == s]
+            assert len(v) <= 1 and all(is_valid(x, p, dev) for x in v)
+            if v and bk == 32:
+                assert v[0].stages >= min(16, 2 * s.stages - 1)
+    assert any(src == "bk32" for src in got.values()) and any(src == "bk128" for src in got.values())
+
+    base = "backend=cuda family=wgmma bm=128 bn=128 bk={} warps=12 stages={} group_m=8 split_k=1 subtile=1 warp_spec=1 cluster=1"
+    rows = [{"shape": "a", "layout": "nt", "spec": base.format(64, 4), "us": 10.0, "from": "wave"},
+            {"shape": "a", "layout": "nt", "spec": base.format(32, 8), "us": 8.0, "from": "bk32"},
+            {"shape": "a", "layout": "nt", "spec": base.format(128, 2), "us": 12.5, "from": "bk128"},
+            {"shape": "b", "layout": "nt", "spec": base.format(32, 8), "us": 1.0, "from": "bk32"},   # no parent
+            {"shape": "c", "layout": "nt", "spec": base.format(64, 4), "us": 5.0, "from": "wave"},
+            {"shape": "c", "layout": "nt", "spec": base.format(32, 8), "us": None, "from": "bk32"}]  # failed
+    pairs = hs.bk_pairs(rows)
+    assert pairs["bk32"] == {"pairs": 1, "geomean": 1.25, "worst": 1.25, "best": 1.25, "faster": 1, "slower": 0}
+    assert pairs["bk128"]["geomean"] == 0.8 and pairs["bk128"]["slower"] == 1
+
+
 def test_refuses_a_torch_only_bar_unless_asked(monkeypatch, capsys, tmp_path):
     """When the cuBLAS baselines cannot be built (nvmath-python missing, or a wheel that does not
     import: 2026-12-04), the sweep stops with the one-line refusal instead of measuring against

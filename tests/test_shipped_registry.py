@@ -161,6 +161,32 @@ def test_rerender_keeps_checks_where_the_sass_is_unchanged(tmp_path, monkeypatch
     assert all(e.check["passed"] is None and "rerendered_from" in e.times for e in Registry.load(dest).all())
 
 
+def test_rerender_compares_each_shared_source_once(tmp_path, monkeypatch):
+    """Entries that share a source (same spec and layout at other shapes: 926 CUDA entries over 192
+    sources on 2026-12-05) cost one SASS comparison per (old, new) source pair and arch, not one per
+    entry, and each of them keeps its check by that one verdict."""
+    from collections import Counter
+
+    from cudal2.backends import cuda as cb
+    from cudal2.backends import sass
+    dest = Registry.load().export(tmp_path / "reg")
+    reg = Registry.load(dest)
+    by_sha = Counter(e.sha256 for e in reg.all() if e.backend == "cuda" and e.check.get("passed"))
+    sha, n = by_sha.most_common(1)[0]
+    assert n >= 2
+    picked = [e for e in reg.all() if e.sha256 == sha and e.backend == "cuda"]
+    reg.entries = {d: {k: e for k, e in es.items() if e in picked} for d, es in reg.entries.items()}
+    (dest / "index.json").write_text(reg.to_json())
+    calls = []
+    monkeypatch.setattr(sass, "same_machine_code", lambda old, new, arch: calls.append(arch) or True)
+    render = cb.render_template
+    monkeypatch.setattr(cb, "render_template", lambda spec, layout: render(spec, layout) + "// a comment\n")
+    changed = Registry.load(dest).rerender(compare_sass=True)
+    # one comparison, also where the source sits under both cards' directories (both sm_90a)
+    assert len(changed) == len(picked)
+    assert len(calls) == 1 and all(e.check["passed"] is True and e.times["same_sass_as"] == sha for e in changed)
+
+
 def test_record_rechecks_marks_only_pending_entries_it_was_given(tmp_path):
     """`verify --gpu --render --record` writes check.passed True for the pending entries whose
     checker run it just saw pass, and for nothing else: an entry not re-checked stays pending, and

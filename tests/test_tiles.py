@@ -57,6 +57,6 @@ def test_lite_candidates_hold_a_units_k_at_once(shape, layout):
         ktiles = -(-(-(-p.K // 64)) // s.split_k)
         assert s.cluster == 1 and s.warps == (4 if s.bm * s.bn // 128 <= 128 else 8)
         deeper = dataclasses.replace(s, stages=s.stages + 1)
-        # (tiles._max_stages stops at 16: a 64x32 nn tile's ring of 12 KB stages would fit 18)
+        # (tiles.max_stages stops at 16: a 64x32 nn tile's ring of 12 KB stages would fit 18)
         assert s.stages == max(2, min(ktiles, 16)) or not is_valid(deeper, p, H200)
     assert candidates(p, H200, 4) == [s for s in got if s.warp_spec != 0]    # lite=0: unchanged list

@@ -10,7 +10,7 @@ Canonical text: every field as `key=value`, space separated, in FIELDS order, e.
 Each `key=value` is one policy token.
 
 family=wgmma (CUDA, sm_90a; kernels_cuda/wgmma.cu): bm 64/128/256 over the consumer warpgroups, bn
-any multiple of 16 (nn: B's N-major tile in TMA boxes of 64/32/16 columns, `nn_b_cols`), bk 64,
+any multiple of 16 (nn: B's N-major tile in TMA boxes of 64/32/16 columns, `nn_b_cols`), bk 32/64/128,
 warps 8 (one consumer warpgroup) or 12 (two) beside the producer warpgroup (lite: 4 or 8, no
 producer), warp_spec 1 = cooperative consumers, 2 = ping-pong, 0 = lite (one CTA per work unit, the
 tiny-shape schedule); split_k = K slices (1-16, powers of two and 3 / 6 / 12) reduced in the same
@@ -79,7 +79,8 @@ PINNED = {
 WARPS = {"tiled": (2, 4, 8), "persistent": (4, 8), "mma": (2, 4, 8), "wgmma": (4, 8, 12), "stream": (2, 4, 8)}
 # wgmma schedules (warp_spec) and the consumer warpgroups each has for a warp count.
 WGMMA_LITE, WGMMA_COOP, WGMMA_PINGPONG = 0, 1, 2
-WGMMA_TILE = {"bm": (64, 128, 256), "bk": (64,)}
+# bk: k-columns per ring stage, one (64) or two (128) 128-byte swizzle atoms, or one 64-byte atom (32).
+WGMMA_TILE = {"bm": (64, 128, 256), "bk": (32, 64, 128)}
 # Families whose tiles index with tl.arange / power-of-two warp layouts keep power-of-two BN.
 POW2_BN_FAMILIES = ("tiled", "persistent", "mma")
 TMA_FAMILIES = ("persistent", "wgmma")
@@ -213,7 +214,7 @@ class KernelSpec:
             # kernel spends aligning the ring to the 128B-swizzle atom. Mbarriers are static.
             staging = self.bm * self.bn * 2 * (2 if self.pingpong else 1) // self.subtile
             # The cluster split-K stages its fp32 partial (bm*bn*4 B) in the idle ring + a whole
-            # staging, which always hold it: bm*bn/(bm+bn) <= 128 <= 64 * stages (hence
+            # staging: they hold it when bm*bn/(bm+bn) <= bk * stages (_split_ring; hence
             # _subtile_split keeps subtile 1 there).
             return ring + staging + 1024
         return ring
@@ -324,7 +325,7 @@ def _warps(s, p, d):
 def _wgmma_tile(field):
     def check(s, p, d):
         if s["family"] == "wgmma" and s[field] not in WGMMA_TILE[field]:
-            return f"wgmma takes {field} in {WGMMA_TILE[field]} (64-row warpgroup MMA, 128-byte swizzle), got {s[field]}"
+            return f"wgmma takes {field} in {WGMMA_TILE[field]} (64-row warpgroup MMA, 64/128-byte swizzle atoms), got {s[field]}"
     return check
 
 
@@ -453,6 +454,19 @@ def _subtile_split(s, p, d):
                 f"(split_k={s['split_k']}, warp_spec {s['warp_spec']}, cluster 1) needs whole: use subtile=1")
 
 
+def _split_ring(s, p, d):
+    # The cluster split-K stages its fp32 partial (bm x bn x 4 B) in the idle ring and the whole
+    # staging (bm x bn x 2 B) behind it: the ring must hold bm x bn x 2 B, i.e. bk x stages >=
+    # bm*bn/(bm+bn) (always true at bk 64 from 2 stages; bk 32 with 2-3 stages can miss it).
+    if s["family"] != "wgmma" or not cluster_split(KernelSpec(**s)):
+        return None
+    ring = s["stages"] * (s["bm"] + s["bn"]) * s["bk"] * 2
+    if ring < s["bm"] * s["bn"] * 2:
+        return (f"split_k={s['split_k']} reduces through the ring, which at stages={s['stages']} and "
+                f"bk={s['bk']} ({ring} B) cannot hold the {s['bm']}x{s['bn']} fp32 partial beside the "
+                f"staging: more stages or a larger bk")
+
+
 def _split_k(s, p, d):
     ktiles = -(-p.K // s["bk"])
     if s["split_k"] > ktiles:
@@ -485,6 +499,7 @@ RULES: list[Rule] = [
     ("stages", ("family", "bm", "bn", "bk", "warps", "stages", "subtile"), _any_schedule(_smem)),
     ("split_k", ("family", "split_k"), _pinned("split_k")),
     ("split_k", ("bk", "split_k"), _split_k),
+    ("split_k", ("family", "bm", "bn", "bk", "stages", "split_k", "warp_spec", "cluster"), _split_ring),
     ("split_k", ("family", "bm", "bn", "warps", "split_k"), _any_schedule(_splitk_regs)),
     ("subtile", ("family", "subtile"), _pinned("subtile")),
     ("subtile", ("bn", "subtile"), _subtile),

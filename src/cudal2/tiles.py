@@ -78,7 +78,7 @@ def cluster_overflow(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> 
     return tiles > cluster_ctas(device, spec.split_k) * per_sm // spec.split_k
 
 
-def _max_stages(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec | None:
+def max_stages(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec | None:
     """The spec with the deepest ring (up to 16) that the one validity rule accepts."""
     for st in range(16, 1, -1):
         s = KernelSpec(**{**spec.to_dict(), "stages": st})
@@ -97,7 +97,7 @@ def _lite(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec 
         for warps in (4, 8):
             base = KernelSpec(**{**spec.to_dict(), "warps": warps, "warp_spec": 0, "cluster": 1, "stages": 2,
                                  "split_k": split})
-            deepest = _max_stages(base, problem, device)
+            deepest = max_stages(base, problem, device)
             if deepest is not None:
                 return KernelSpec(**{**deepest.to_dict(), "stages": max(2, min(deepest.stages, kt))})
         split //= 2
@@ -136,14 +136,14 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
         for warps, ws in (((8, 1), (12, 1)) if bm == 64 else ((12, 1),)):
             base = KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=warps, stages=2,
                               group_m=8, split_k=split, subtile=1, warp_spec=ws, cluster=1)
-            s = _max_stages(base, problem, device)
+            s = max_stages(base, problem, device)
             if s is not None and s not in out:
                 out.append(s)
                 per_tile[(bm, bn)] = per_tile.get((bm, bn), 0) + 1
                 break
     added = 0
     for s in list(out):               # ping-pong for the two best tiles a warpgroup can hold whole
-        pp = _max_stages(KernelSpec(**{**s.to_dict(), "warps": 12, "warp_spec": 2}), problem, device)
+        pp = max_stages(KernelSpec(**{**s.to_dict(), "warps": 12, "warp_spec": 2}), problem, device)
         if pp is not None and pp not in out and added < 2:
             out.append(pp)
             added += 1

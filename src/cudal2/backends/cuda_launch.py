@@ -205,8 +205,12 @@ class CudaKernel:
         sp = self.spec
         # A 2-CTA cluster loads the shared tile in halves, one per CTA (kernels_cuda/wgmma.cu).
         ca, cb = (sp.cluster, 1) if sp.cluster_shares_a else (1, sp.cluster)
-        ta = _encode(pa, K, M, 64, a_box_rows(sp.bm // ca, M, self.a_trim))
-        tb = _encode(pb, K, N, 64, sp.bn // cb) if self.layout == "nt" else _encode(pb, N, K, sp.nn_b_cols, 64 // cb)
+        # K-major boxes are one swizzle atom wide (wgmma.cu's KA: 64 columns, 32 at bk 32); a bk 128
+        # k-tile is two such boxes. nn's B box is bk k-rows tall.
+        ka = min(sp.bk, 64)
+        ta = _encode(pa, K, M, ka, a_box_rows(sp.bm // ca, M, self.a_trim))
+        tb = (_encode(pb, K, N, ka, sp.bn // cb) if self.layout == "nt"
+              else _encode(pb, N, K, sp.nn_b_cols, sp.bk // cb))
         if len(self._tmaps) >= _TMAP_CACHE_MAX:
             self._tmaps.clear()
         self._tmaps[key] = (ta, tb)

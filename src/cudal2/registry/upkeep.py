@@ -46,6 +46,7 @@ def rerender(reg, compare_sass: bool = True) -> list[Entry]:
     from ..backends import get_backend
     from ..backends.sass import same_machine_code
     from ..spec import KernelSpec
+    same_sass: dict = {}      # (old sha, new sha, arch) -> verdict: entries share sources (926 -> 192)
     with locked(reg.root):
         fresh = type(reg).load(reg.root)     # under the lock: a concurrent writer's entries kept
         changed, old_paths = [], set()
@@ -57,8 +58,13 @@ def rerender(reg, compare_sass: bool = True) -> list[Entry]:
             if sha == e.sha256:
                 continue
             old_paths.add(fresh.source_path(e))
-            if compare_sass and e.backend == "cuda" and e.check.get("passed") and \
-                    same_machine_code(fresh.read_source(e), text, target_for_key(e.device).arch):
+            same = False
+            if compare_sass and e.backend == "cuda" and e.check.get("passed"):
+                key = (e.sha256, sha, target_for_key(e.device).arch)
+                if key not in same_sass:
+                    same_sass[key] = same_machine_code(fresh.read_source(e), text, key[2])
+                same = same_sass[key]
+            if same:
                 e.times = {**e.times, "same_sass_as": e.sha256}
             else:
                 e.times = {**e.times, "rerendered_from": e.sha256}
