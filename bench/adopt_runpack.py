@@ -2,6 +2,10 @@
 
     python3 bench/adopt_runpack.py PATH/run.tgz [--device h200-sm90] [--dry-run]
 
+PATH/run.tgz may have come back in parts (run.tgz.part-aa, -ab, ...: grid_search.sh splits a pack
+over 15 MB, since a file over 16 MiB does not come back from a device call): name the folder, the
+missing run.tgz or any part, and the parts are read in order as one pack.
+
 What it writes (the committed state `grid_search.sh` rebuilds run/ from on the next card):
   * the pack's registry becomes the shipped one: src/cudal2/registry/index.json, and
     kernels_<backend>/generated/ holds exactly the sources its entries name, over every device (new
@@ -96,20 +100,39 @@ def sync_sources(reg: Registry, dry: bool, root: Path = REPO) -> list[str]:
     return log
 
 
+def pack_parts(path: Path) -> list[Path]:
+    """The file(s) a pack is: PATH itself, or the run.tgz.part-* beside it (PATH a folder, a run.tgz
+    that came back in parts, or one of the parts), in split's order. [] if there is neither."""
+    if path.is_file() and ".part-" not in path.name:
+        return [path]
+    folder, stem = (path, "run.tgz") if path.is_dir() else (path.parent, path.name.split(".part-")[0])
+    whole = folder / stem
+    if path.is_dir() and whole.is_file():
+        return [whole]
+    return sorted(folder.glob(f"{stem}.part-*"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("pack", type=Path, help="run.tgz from a device call")
+    ap.add_argument("pack", type=Path, help="run.tgz from a device call (or its folder / one of its parts)")
     ap.add_argument("--device", default=None, help="the card's results folder (bench/results/<device>; default: "
                     "the card the pack's run/.card names, else h200-sm90, whose packs predate it)")
     ap.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
     ap.add_argument("--root", type=Path, default=REPO, help="the repo to write into (default: this one)")
     args = ap.parse_args(argv)
     root = args.root
-    if not args.pack.is_file():
-        ap.error(f"{args.pack} is not a file")
+    parts = pack_parts(args.pack)
+    if not parts:
+        ap.error(f"{args.pack} is not a pack (no file, no run.tgz.part-* beside it)")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        with tarfile.open(args.pack) as tar:
+        whole = parts[0]
+        if len(parts) > 1:
+            whole = tmp / "run.tgz"
+            with open(whole, "wb") as f:
+                for part in parts:
+                    f.write(part.read_bytes())
+        with tarfile.open(whole) as tar:
             tar.extractall(tmp, filter="data")
         run = tmp / "run"
         if not (run / "registry" / "index.json").is_file():

@@ -28,7 +28,8 @@
 #
 # State lives in run/ (git-ignored): run/grid.db (the store: every measurement and the search log)
 # and run/registry/. Both come back packed under $OUT (run.tgz; at most 8 files come back). Send
-# them out again packed: `mkdir -p .runpack && cp <files_at>/run.tgz .runpack/` and the next call's
+# them out again packed: `mkdir -p .runpack && cat <files_at>/run.tgz* > .runpack/run.tgz` (a pack
+# over 15 MB comes back in parts, run.tgz.part-aa, -ab, ...) and the next call's
 # `carry: [".runpack", ".whl", ".commit"]`; this script unpacks .runpack/run.tgz when run/ has no
 # store. (Carrying run/ unpacked went over the device's 64 MiB tree limit on 2026-12-03: the store
 # is 26 MB, 6 MB packed.) run/ is one card's (run/.card names it): on another card than the H200
@@ -246,5 +247,11 @@ EOF
 for f in ~/.cache/cudal2/lt-autotune-*.json; do
   [ -f "$f" ] && cudal2 registry attach-lt "$f" --registry run/registry && cp "$f" run/
 done
+# A file over 16 MiB does not come back from $OUT (2026-12-05, run 94: a 20.8 MB run.tgz was left
+# out, a 16.3 MB one came back): a larger pack comes back in parts run.tgz.part-aa, -ab, ...,
+# which bench/adopt_runpack.py takes as they are (or `cat run.tgz.part-* > run.tgz`).
 tar czf "$OUT/run.tgz" run
+if [ "$(stat -c %s "$OUT/run.tgz")" -gt 15000000 ]; then
+  split -b 15000000 "$OUT/run.tgz" "$OUT/run.tgz.part-" && rm "$OUT/run.tgz"
+fi
 ls -la "$OUT"

@@ -140,3 +140,32 @@ def test_an_h100_pack_lands_in_the_h100_folder_and_is_refused_elsewhere(tmp_path
     with gzip.open(root / "bench/results/h100-sm90/grid_search/grid_store.db.gz") as f:
         assert f.read() == (tmp_path / "pack/run/grid.db").read_bytes()
     assert not (root / "bench/results/h200-sm90").exists()
+
+
+def test_a_pack_that_came_back_in_parts_is_read_as_one(tmp_path, capsys):
+    """grid_search.sh splits a pack over 15 MB (a file over 16 MiB does not come back from a device
+    call): the folder, the missing run.tgz or any part names the same pack, the parts read in order."""
+    keys = _three_keys()
+    whole = _pack(tmp_path, set(keys), store_rows=7)
+    data = whole.read_bytes()
+    back = tmp_path / "files_at"
+    back.mkdir()
+    cut = [0, len(data) // 3, 2 * len(data) // 3, len(data)]
+    for i, name in enumerate(("aa", "ab", "ac")):
+        (back / f"run.tgz.part-{name}").write_bytes(data[cut[i]:cut[i + 1]])
+    assert adopt.pack_parts(back) == adopt.pack_parts(back / "run.tgz") == adopt.pack_parts(back / "run.tgz.part-ab")
+    assert [p.name for p in adopt.pack_parts(back)] == ["run.tgz.part-aa", "run.tgz.part-ab", "run.tgz.part-ac"]
+    assert adopt.pack_parts(whole) == [whole]
+    for i, name in enumerate((back, back / "run.tgz", back / "run.tgz.part-ac")):
+        root = tmp_path / f"repo{i}"
+        assert adopt.main([str(name), "--root", str(root)]) == 0
+        g = root / "bench/results/h200-sm90/grid_search"
+        with gzip.open(g / "grid_store.db.gz") as f:
+            assert f.read() == (tmp_path / "pack/run/grid.db").read_bytes()
+        index = json.loads((root / "src/cudal2/registry/index.json").read_text())
+        assert {f"{d}/{p}" for d, s in index["devices"].items() for p in s["entries"]} == set(keys)
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    with pytest.raises(SystemExit):
+        adopt.main([str(empty), "--root", str(tmp_path / "repo9")])
+    assert "is not a pack" in capsys.readouterr().err

@@ -167,7 +167,7 @@ def test_rerender_keeps_checks_where_the_sass_is_unchanged(tmp_path, monkeypatch
 def test_rerender_compares_each_shared_source_once(tmp_path, monkeypatch):
     """Entries that share a source (same spec and layout at other shapes: 926 CUDA entries over 192
     sources on 2026-12-05) cost one SASS comparison per (old, new) source pair and arch, not one per
-    entry, and each of them keeps its check by that one verdict."""
+    entry, and each of them keeps its check by that one verdict and its source's folder."""
     from collections import Counter
 
     from cudal2.backends import cuda as cb
@@ -180,6 +180,8 @@ def test_rerender_compares_each_shared_source_once(tmp_path, monkeypatch):
     picked = [e for e in reg.all() if e.sha256 == sha and e.backend == "cuda"]
     reg.entries = {d: {k: e for k, e in es.items() if e in picked} for d, es in reg.entries.items()}
     (dest / "index.json").write_text(reg.to_json())
+    folders = {e.key: e.source.split("/")[2] for e in picked}
+    assert any(folders[e.key] != e.device for e in picked)     # a transferred entry among them
     calls = []
     monkeypatch.setattr(sass, "same_machine_code", lambda old, new, arch: calls.append(arch) or True)
     render = cb.render_template
@@ -188,6 +190,9 @@ def test_rerender_compares_each_shared_source_once(tmp_path, monkeypatch):
     # one comparison, also where the source sits under both cards' directories (both sm_90a)
     assert len(changed) == len(picked)
     assert len(calls) == 1 and all(e.check["passed"] is True and e.times["same_sass_as"] == sha for e in changed)
+    # each new source lands in the folder the old one was in: a transferred entry's stays under its
+    # source card's key, not copied under its own
+    assert {e.key: e.source.split("/")[2] for e in changed} == folders
 
 
 def test_record_rechecks_marks_only_pending_entries_it_was_given(tmp_path):

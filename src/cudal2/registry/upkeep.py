@@ -70,7 +70,11 @@ def rerender(reg, compare_sass: bool = True) -> list[Entry]:
                 e.times = {**e.times, "rerendered_from": e.sha256}
                 e.check = {**e.check, "passed": None, "reason": "re-rendered; re-check with verify --gpu --render"}
             e.sha256 = sha
-            e.source = f"kernels_{e.backend}/generated/{e.device}/{sha[:16]}{SUFFIX[e.backend]}"
+            # the folder the source was in: a transferred entry keeps its source card's folder
+            # (Registry.add_many), so re-rendering does not copy each transferred source under the
+            # other card's key (2026-12-05: 121 files, 5.8 MB, into a tree capped at 64 MiB)
+            folder = e.source.split("/")[2] if e.source else e.device
+            e.source = f"kernels_{e.backend}/generated/{folder}/{sha[:16]}{SUFFIX[e.backend]}"
             e.validate()
             atomic_write(fresh.source_path(e), text)
             changed.append(e)
