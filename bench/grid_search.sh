@@ -38,8 +38,8 @@
 # To go on from the committed state (2026-12-05: grid nn all 1000 searched and compared;
 # the model set all 224 searched with cost:4, its 80 shapes with M <= 16 again with the stream
 # rule's seeds, its 96 with M <= 32 again with the trimmed wgmma lead (models-decode, run 68),
-# compared (run 68); grid nt all 1000 searched with cost:4 and compared (runs 66-67); grid nn's
-# leads pass 215 of 1000 (run 73), its re-filed rows not compared yet) in a new session: a call
+# compared (runs 68, 93); grid nt all 1000 searched with cost:4 and compared (runs 66-67); grid
+# nn's leads pass all 1000 (runs 73, 94, 96) and compared (runs 93-96)) in a new session: a call
 # that carries no pack builds run/ this way on the card
 # (below); by hand here, then `bash bench/grid_search.sh pack`:
 #   G=bench/results/h200-sm90/grid_search; mkdir -p run/compare run/compare_nt
