@@ -106,6 +106,9 @@ def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite:
         for s in cands:
             for bk in bks:
                 v = max_stages(dataclasses.replace(s, bk=bk), p, dev) if bk != s.bk else None
+                if v is not None and v.warp_spec == 0:      # lite: no deeper than a unit's k-tiles
+                    kt = math.ceil(math.ceil(p.K / bk) / v.split_k)
+                    v = dataclasses.replace(v, stages=max(2, min(v.stages, kt)))
                 if v is not None:
                     specs.setdefault(v.text, f"bk{bk}")
         out[p] = specs

@@ -64,7 +64,8 @@ def test_plan_names_each_specs_source_and_summarizes_per_source():
 
 def test_bks_adds_each_wave_candidate_at_other_k_tiles_and_pairs_them():
     """--bks 32,128: every wave candidate again with bk 32 / 128 and the deepest ring that fits (a
-    bk-32 ring holds twice the stages of a bk-64 one in the same bytes), and bk_pairs divides each
+    bk-32 ring holds twice the stages of a bk-64 one in the same bytes; a lite one no more than its
+    k-tiles), and bk_pairs divides each
     parent's time by its variant's on the same shape only."""
     import dataclasses
 
@@ -73,8 +74,9 @@ def test_bks_adds_each_wave_candidate_at_other_k_tiles_and_pairs_them():
     from cudal2.tiles import candidates
     dev = dataclasses.replace(DeviceInfo.target("sm_90a"), sm_count=132)
     p = Problem(4096, 4096, 512, "nt")
-    got = hs.plan([p], dev, 3, [], bks=(32, 128))[p]
-    wave = candidates(p, dev, 3)
+    got = hs.plan([p], dev, 3, [], lite=1, bks=(32, 128))[p]
+    wave = candidates(p, dev, 3, lite=1)
+    assert any(s.warp_spec == 0 for s in wave)
     for s in wave:
         for bk in (32, 128):
             v = [KernelSpec.parse(t) for t, src in got.items() if src == f"bk{bk}"
@@ -83,6 +85,12 @@ def test_bks_adds_each_wave_candidate_at_other_k_tiles_and_pairs_them():
             if v and bk == 32:
                 assert v[0].stages >= min(16, 2 * s.stages - 1)
     assert any(src == "bk32" for src in got.values()) and any(src == "bk128" for src in got.values())
+    # a lite variant's ring is no deeper than its unit's k-tiles (all of K in flight, nothing idle)
+    import math
+    for t, src in got.items():
+        v = KernelSpec.parse(t)
+        if src.startswith("bk") and v.warp_spec == 0:
+            assert v.stages <= max(2, math.ceil(math.ceil(p.K / v.bk) / v.split_k))
 
     base = "backend=cuda family=wgmma bm=128 bn=128 bk={} warps=12 stages={} group_m=8 split_k=1 subtile=1 warp_spec=1 cluster=1"
     rows = [{"shape": "a", "layout": "nt", "spec": base.format(64, 4), "us": 10.0, "from": "wave"},

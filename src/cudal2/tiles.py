@@ -93,7 +93,7 @@ def _lite(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec 
     tile's split-K where a cluster can reduce it (else the largest smaller one that can)."""
     split = spec.split_k
     while split >= 1:       # lite reduces K slices in a cluster: fewer slices where it cannot take these
-        kt = math.ceil(math.ceil(problem.K / 64) / split)
+        kt = math.ceil(math.ceil(problem.K / spec.bk) / split)
         for warps in (4, 8):
             base = KernelSpec(**{**spec.to_dict(), "warps": warps, "warp_spec": 0, "cluster": 1, "stages": 2,
                                  "split_k": split})
