@@ -58,6 +58,9 @@ class FakeClock:
     def host_us(self):
         return self.host
 
+    def done(self, mark):
+        return mark <= self.host        # the GPU reached the mark by the host's present time
+
 
 # ---- Stats and aggregation -------------------------------------------------------------------------
 def test_stats_match_numpy():
@@ -133,10 +136,46 @@ def test_offline_without_the_sleep_would_show_host_time():
     assert np.median(np.diff(marks)) > 10.0
 
 
+class SlowingClock(FakeClock):
+    """A host that enqueues at `host_per_call` during warm-up and the probe and `slow` µs a call
+    after `after` calls: the probe's estimate then sizes the sleeps too short."""
+
+    def __init__(self, host_per_call, slow, after):
+        super().__init__(host_per_call)
+        self.slow, self.after, self.n = slow, after, 0
+
+    def _enqueue(self, dur):
+        self.n += 1
+        if self.n > self.after:
+            self.h = self.slow
+        super()._enqueue(dur)
+
+
+def test_offline_drops_a_batch_the_gpu_waited_in():
+    """2026-12-05 (runs 91-92, H200): empty kernels timed 8-12 µs offline where an earlier run had
+    3.5. Whatever the cause there, a host slower than its probe drains the queue and puts host time
+    in the samples; the loop sees that the sleep was over before the batch was in, drops the batch
+    and enqueues it again behind a sleep sized by the batch's own host rate."""
+    clk = SlowingClock(host_per_call=5.0, slow=20.0, after=20)
+    fns = {"A": clk.kernel("A", 3.0), "B": clk.kernel("B", 4.0)}
+    st = timing.offline(fns, min_calls=30, min_ms=1.0, warmup=3, clock=clk)
+    assert st["A"].median_us == pytest.approx(3.0, rel=0.05) and st["A"].p99_us < 3.3
+    assert st["B"].median_us == pytest.approx(4.0, rel=0.05) and st["B"].p99_us < 4.4
+    # the same host without the check: the first batch's samples hold host time (~21 µs)
+    monkey = SlowingClock(host_per_call=5.0, slow=20.0, after=20)
+    monkey.done = lambda mark: False
+    fns = {"A": monkey.kernel("A", 3.0), "B": monkey.kernel("B", 4.0)}
+    bad = timing.offline(fns, min_calls=30, min_ms=1.0, warmup=3, clock=monkey)
+    assert bad["A"].p99_us > 15.0
+
+
 def test_offline_min_calls_for_long_kernels():
     clk = FakeClock(host_per_call=10.0)
     st = timing.offline({"big": clk.kernel("big", 5000.0)}, min_calls=30, min_ms=100.0, clock=clk)
     assert st["big"].n == 30 and st["big"].median_us == pytest.approx(5000.0)
+    # GPU-bound: the short sleep is over at once, but the GPU stays behind the host: no batch is
+    # dropped (3 warm-up + 3 probe + 30 timed calls, not more)
+    assert len(clk.calls) == 36
 
 
 def test_server_gaps_and_wipes():

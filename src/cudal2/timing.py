@@ -6,7 +6,9 @@ once at the end, so the host never stalls the queue between calls.
 
   offline  calls back to back, interleaved A B A B, behind a queued `torch.cuda._sleep` long enough
            that the host finishes enqueueing before the GPU catches up (the GPU never waits for
-           Python); median of >= min_calls calls and >= min_ms of GPU time per candidate.
+           Python; a batch whose sleep was over before it was enqueued, with the host slower than
+           its GPU work, is dropped and enqueued again behind a longer sleep); median of
+           >= min_calls calls and >= min_ms of GPU time per candidate.
   server   each call after an idle gap drawn from an exponential (mean gap_ms), spent on the GPU as
            a sleep kernel (a host sleep would let the queue drain and time the host instead), then
            L2 wiped by writing a buffer of 2x the device's L2; interleaved like offline.
@@ -34,6 +36,9 @@ Fn = Callable[[], None]
 _BATCH_HOST_US = 20_000.0
 # Safety factor on the sleep: host enqueue time jitters (GC, page faults) by tens of percent.
 _SLEEP_MARGIN = 1.5
+# Offline batches enqueued again, at most, after the GPU finished a batch's sleep before the host
+# finished enqueueing it (it may then have waited for the host: those samples are dropped).
+_MAX_REDO = 4
 
 
 class Clock(Protocol):
@@ -43,6 +48,7 @@ class Clock(Protocol):
     def wipe_l2(self) -> None: ...                       # queue a write of >= 2x L2 bytes
     def sync(self) -> None: ...
     def host_us(self) -> float: ...                      # host wall clock
+    def done(self, mark) -> bool: ...                    # the GPU has passed this mark already
 
 
 class CudaClock:
@@ -74,6 +80,9 @@ class CudaClock:
 
     def host_us(self) -> float:
         return time.perf_counter() * 1e6
+
+    def done(self, mark) -> bool:
+        return mark.query()
 
     def cycles_per_us(self) -> float:
         """SM clock cycles per µs as `_sleep` counts them, measured once (the clock boosts under load)."""
@@ -158,6 +167,7 @@ def offline(fns: Mapping[str, Fn], *, min_calls: int = 30, min_ms: float = 100.0
               for n in names}
     done = {n: 0 for n in names}
     batches = []   # (first mark, [(name, mark after the call)])
+    redo = 0
     while any(done[n] < target[n] for n in names):
         active = [n for n in names if done[n] < target[n]]
         rounds = max(1, int(_BATCH_HOST_US / (host * len(active))))
@@ -167,10 +177,22 @@ def offline(fns: Mapping[str, Fn], *, min_calls: int = 30, min_ms: float = 100.0
         # The queue never drains if the sleep outlasts the host's lead: n*(host - gpu per call).
         clock.sleep_us(_SLEEP_MARGIN * max(0.0, len(calls) * host - gpu) + 20.0)
         first = clock.mark()
+        t0 = clock.host_us()
         seq = []
         for n in calls:
             fns[n]()
             seq.append((n, clock.mark()))
+        host_batch = clock.host_us() - t0
+        if clock.done(first) and host_batch > gpu and redo < _MAX_REDO:
+            # The sleep ended before the host had enqueued the batch, and enqueueing took longer
+            # than the batch's GPU work: the GPU caught up and waited for Python, which puts host
+            # time into these samples (the probe's three rounds under-estimated the host). Drop
+            # them; size the next sleep by this batch's own host rate and enqueue it again. (While
+            # the sleep still runs when the last call is in, no call can have waited; a batch of
+            # GPU work longer than its enqueueing keeps the GPU behind the host after the sleep.)
+            host = max(host, host_batch / len(calls))
+            redo += 1
+            continue
         for n in active:
             done[n] += min(rounds, target[n] - done[n])   # how many of `calls` are n's
         batches.append((first, seq))
