@@ -158,8 +158,12 @@ def test_offline_drops_a_batch_the_gpu_waited_in():
     and enqueues it again behind a sleep sized by the batch's own host rate."""
     clk = SlowingClock(host_per_call=5.0, slow=20.0, after=20)
     fns = {"A": clk.kernel("A", 3.0), "B": clk.kernel("B", 4.0)}
-    st = timing.offline(fns, min_calls=30, min_ms=1.0, warmup=3, clock=clk)
+    rep = {}
+    st = timing.offline(fns, min_calls=30, min_ms=1.0, warmup=3, clock=clk, report=rep)
     assert st["A"].median_us == pytest.approx(3.0, rel=0.05) and st["A"].p99_us < 3.3
+    # the report says so: the probe saw ~6 µs a call (5 + the mark), the batch ~21, one batch redone
+    assert rep["probe_host_us"] == pytest.approx(6.0) and rep["host_us"] == pytest.approx(21.0, rel=0.05)
+    assert rep["redone"] >= 1 and rep["batches"] >= 1
     assert st["B"].median_us == pytest.approx(4.0, rel=0.05) and st["B"].p99_us < 4.4
     # the same host without the check: the first batch's samples hold host time (~21 µs)
     monkey = SlowingClock(host_per_call=5.0, slow=20.0, after=20)
@@ -171,8 +175,9 @@ def test_offline_drops_a_batch_the_gpu_waited_in():
 
 def test_offline_min_calls_for_long_kernels():
     clk = FakeClock(host_per_call=10.0)
-    st = timing.offline({"big": clk.kernel("big", 5000.0)}, min_calls=30, min_ms=100.0, clock=clk)
-    assert st["big"].n == 30 and st["big"].median_us == pytest.approx(5000.0)
+    rep = {}
+    st = timing.offline({"big": clk.kernel("big", 5000.0)}, min_calls=30, min_ms=100.0, clock=clk, report=rep)
+    assert st["big"].n == 30 and st["big"].median_us == pytest.approx(5000.0) and rep["redone"] == 0
     # GPU-bound: the short sleep is over at once, but the GPU stays behind the host: no batch is
     # dropped (3 warm-up + 3 probe + 30 timed calls, not more)
     assert len(clk.calls) == 36

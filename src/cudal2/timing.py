@@ -153,8 +153,10 @@ def _warm(fns: Mapping[str, Fn], warmup: int, clock: Clock) -> list[str]:
 
 
 def offline(fns: Mapping[str, Fn], *, min_calls: int = 30, min_ms: float = 100.0, warmup: int = 3,
-            max_calls: int = 100_000, clock: Clock | None = None) -> dict[str, Stats]:
-    """Back-to-back GPU time per call, interleaved A B A B; see the module docstring."""
+            max_calls: int = 100_000, clock: Clock | None = None, report: dict | None = None) -> dict[str, Stats]:
+    """Back-to-back GPU time per call, interleaved A B A B; see the module docstring. A `report`
+    dict gets how the loop went: the probe's host µs a call, the last estimate, batches timed and
+    batches dropped (the GPU may have waited for the host in them) and enqueued again."""
     if not fns:
         return {}
     if min_calls < 1 or min_ms < 0:
@@ -162,6 +164,7 @@ def offline(fns: Mapping[str, Fn], *, min_calls: int = 30, min_ms: float = 100.0
     clock = clock or default_clock()
     names = _warm(fns, warmup, clock)
     est, host = _probe(fns, clock)
+    probe_host = host
     # 10% over the probe's estimate: the probe is three calls, the floor on total time is "~min_ms".
     target = {n: min(max_calls, max(min_calls, math.ceil(1.1 * min_ms * 1000.0 / max(est[n], 1e-3))))
               for n in names}
@@ -197,6 +200,8 @@ def offline(fns: Mapping[str, Fn], *, min_calls: int = 30, min_ms: float = 100.0
             done[n] += min(rounds, target[n] - done[n])   # how many of `calls` are n's
         batches.append((first, seq))
     clock.sync()
+    if report is not None:
+        report.update(probe_host_us=round(probe_host, 3), host_us=round(host, 3), batches=len(batches), redone=redo)
     samples: dict[str, list[float]] = {n: [] for n in names}
     for first, seq in batches:
         prev = first
