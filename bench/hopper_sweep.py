@@ -78,7 +78,7 @@ def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite:
     import dataclasses
 
     from cudal2.spec import KernelSpec, is_valid
-    from cudal2.tiles import candidates, max_stages
+    from cudal2.tiles import candidates, lite_ring, max_stages
     out = {}
     for p in problems:
         cands = candidates(p, dev, n_cands, lite=lite)
@@ -107,8 +107,7 @@ def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite:
             for bk in bks:
                 v = max_stages(dataclasses.replace(s, bk=bk), p, dev) if bk != s.bk else None
                 if v is not None and v.warp_spec == 0:      # lite: no deeper than a unit's k-tiles
-                    kt = math.ceil(math.ceil(p.K / bk) / v.split_k)
-                    v = dataclasses.replace(v, stages=max(2, min(v.stages, kt)))
+                    v = lite_ring(v, p)
                 if v is not None:
                     specs.setdefault(v.text, f"bk{bk}")
         out[p] = specs

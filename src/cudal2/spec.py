@@ -208,7 +208,7 @@ class KernelSpec:
             return stream_smem(self.to_dict(), "nt")   # ring or partials: the same in both layouts
         if self.family == "persistent":
             return persistent_smem(self.to_dict())
-        ring = self.stages * (self.bm * self.bk + self.bk * self.bn) * 2
+        ring = ring_bytes(self.to_dict())
         if self.family == "wgmma":
             # + the epilogue's staging (a whole tile per warpgroup in ping-pong) + 1 KB that the
             # kernel spends aligning the ring to the 128B-swizzle atom. Mbarriers are static.
@@ -251,10 +251,15 @@ class KernelSpec:
 PERSISTENT_WS_BARRIERS = (128, 512)       # (B per stage, B fixed) of the partitioned loop's mbarriers
 
 
+def ring_bytes(s) -> int:
+    """The operand ring of a spec (a mapping of its fields): `stages` fp16 A and B k-tiles."""
+    return s["stages"] * (s["bm"] + s["bn"]) * s["bk"] * 2
+
+
 def persistent_smem(s) -> int:
     """Shared memory a persistent spec (a mapping of its fields) asks at launch: see above."""
-    bm, bn, bk, st, sub = s["bm"], s["bn"], s["bk"], s["stages"], s["subtile"]
-    ring = st * (bm * bk + bk * bn) * 2
+    bm, bn, st, sub = s["bm"], s["bn"], s["stages"], s["subtile"]
+    ring = ring_bytes(s)
     staging = bm * (bn // sub) * 2
     if bm < 64:
         return ring + 8 * st + staging
@@ -460,7 +465,7 @@ def _split_ring(s, p, d):
     # bm*bn/(bm+bn) (always true at bk 64 from 2 stages; bk 32 with 2-3 stages can miss it).
     if s["family"] != "wgmma" or not cluster_split(KernelSpec(**s)):
         return None
-    ring = s["stages"] * (s["bm"] + s["bn"]) * s["bk"] * 2
+    ring = ring_bytes(s)
     if ring < s["bm"] * s["bn"] * 2:
         return (f"split_k={s['split_k']} reduces through the ring, which at stages={s['stages']} and "
                 f"bk={s['bk']} ({ring} B) cannot hold the {s['bm']}x{s['bn']} fp32 partial beside the "

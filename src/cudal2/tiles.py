@@ -18,6 +18,7 @@ spec sweep's list (bench/hopper_sweep.py).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from .cluster_fit import cluster_ctas
 from .device import DeviceInfo
@@ -87,19 +88,25 @@ def max_stages(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Kernel
     return None
 
 
+def lite_ring(spec: KernelSpec, problem: Problem) -> KernelSpec:
+    """A lite spec's ring no deeper than its work unit's k-tiles (all of K in flight at once; a
+    deeper ring only holds shared memory), and at least 2."""
+    kt = math.ceil(math.ceil(problem.K / spec.bk) / spec.split_k)
+    return replace(spec, stages=max(2, min(spec.stages, kt)))
+
+
 def _lite(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec | None:
     """The lite schedule (warp_spec 0) of a tile: one warpgroup where its accumulators fit (else
     two), a ring just deep enough for a unit's K-tiles (all of K at once: one load latency), the
     tile's split-K where a cluster can reduce it (else the largest smaller one that can)."""
     split = spec.split_k
     while split >= 1:       # lite reduces K slices in a cluster: fewer slices where it cannot take these
-        kt = math.ceil(math.ceil(problem.K / spec.bk) / split)
         for warps in (4, 8):
             base = KernelSpec(**{**spec.to_dict(), "warps": warps, "warp_spec": 0, "cluster": 1, "stages": 2,
                                  "split_k": split})
             deepest = max_stages(base, problem, device)
             if deepest is not None:
-                return KernelSpec(**{**deepest.to_dict(), "stages": max(2, min(deepest.stages, kt))})
+                return lite_ring(deepest, problem)
         split //= 2
     return None
 

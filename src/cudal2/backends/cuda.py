@@ -23,7 +23,7 @@ from ..device import DeviceInfo
 from ..kernels_cuda import KERNELS, render as render_template
 from ..nvrtc import NvrtcError, compile_cubin
 from ..problems import Problem
-from ..spec import KernelSpec, SpecError, stream_smem, validate
+from ..spec import KernelSpec, SpecError, ring_bytes, stream_smem, validate
 from .base import Artifact, CompileError, LaunchError
 
 OPTIONS = ("-std=c++17", "--ptxas-options=-v")
@@ -69,7 +69,7 @@ def dynamic_smem(spec: KernelSpec) -> int:
     atom; its mbarriers are static)."""
     if spec.family == "wgmma":
         return spec.smem_bytes()
-    return spec.stages * (spec.bm * spec.bk + spec.bk * spec.bn) * 2
+    return ring_bytes(spec.to_dict())
 
 
 def _resource_probe() -> str:
