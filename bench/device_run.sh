@@ -2,7 +2,7 @@
 # One device call = one run of this script: install from the tree, then the named stages, with
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
-# ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk.
+# ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -86,6 +86,17 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         --shapes "$(grep -v '^#' "$list" | cut -d: -f1 | paste -sd, -)" --n-cands 16 --lite 8 \
         --cost-model bench/results/h200-sm90/costmodel/cost_h200_2859efc.pt --n-cost 4 \
         --time-limit "$secs" 2>&1 | tail -20; fi ;;
+    sweep:*)
+      # sweep:NAME:LAYOUT[:SECONDS] (default 300): the wave model's 8 specs and 2 ping-pongs a shape
+      # (no lite) over the shapes of bench/NAME.txt in one layout, beside the baselines
+      # (bench/hopper_sweep.py, 10 ms a function). acc128_split: issue 19's 254 grid shapes whose list
+      # now holds a 128-accumulator cluster split-K (128x256 / 256x128, refused before 2026-12-06).
+      IFS=: read -r _ name lay secs <<<"$stage"; secs=${secs:-300}
+      list=bench/$name.txt
+      if [ ! -f "$list" ] || [ -z "$lay" ]; then echo "sweep:NAME:LAYOUT[:SECONDS] needs bench/NAME.txt and nn or nt"; else
+      timeout $((secs + 120)) python3 bench/hopper_sweep.py --out "$OUT" --layouts "$lay" --tag "${name}_$lay" \
+        --shapes "$(grep -v '^#' "$list" | cut -d' ' -f1 | paste -sd, -)" --n-cands 8 --lite 0 \
+        --time-limit "$secs" 2>&1 | tail -12; fi ;;
     bk|bk:*)
       # bk[:SECONDS] (default 200): issue 19's k-tile depth. The wave model's 6 best specs of 6 grid nt
       # shapes of each class (small, shortK, starved, mid, large) again at bk 32 and 128, each with

@@ -505,7 +505,12 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 // are volatile asm, so the stores of a group would otherwise close its loads' flight
                 // and each group pays a DSMEM round trip of its own (SASS: VPS rounds of SPLIT_K
                 // LD.E.128 then STG). RED_CHUNK 1 was the filed kernels' code before 2026-12-05.
-                constexpr int RCHUNK = RED_CHUNK < VPS ? RED_CHUNK : VPS;
+                // With more than 96 accumulators a thread (the 128x256 / 256x128 tiles) the loads in
+                // flight are capped at 64 registers (x below): all of a slice's groups at once spilled
+                // (ptxas, NVRTC 13.0: 752 B at 128x256 split 2). At most 96 the cap is off, so the
+                // filed kernels' SASS does not change.
+                constexpr int RLIM = MW * NACC > 96 ? (16 / SPLIT_K > 0 ? 16 / SPLIT_K : 1) : VPS;
+                constexpr int RCHUNK = RED_CHUNK < VPS ? (RED_CHUNK < RLIM ? RED_CHUNK : RLIM) : (VPS < RLIM ? VPS : RLIM);
 #pragma unroll
                 for (int j0 = 0; j0 < VPS; j0 += RCHUNK) {
                     if (split * VPS + j0 >= NV) break;

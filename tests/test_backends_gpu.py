@@ -257,6 +257,23 @@ def test_wgmma_split_k_off_powers_of_two(gpu_device, layout, text):
     _split_k_determinism(gpu_device, layout, text)
 
 
+# The cluster split-K at 128 accumulators a thread (2026-12-06: its loads in flight capped at 64
+# registers, so 128x256 / 256x128 reduce without spilling): the full checker (edges off the tile
+# grid, K = 1000's partial last k-tile) and two bit-identical runs, cooperative and lite.
+ACC128_SPLIT = ["bm=128 bn=256 warps=12 stages=3 split_k=2",
+                "bm=256 bn=128 warps=12 stages=3 split_k=4",
+                "bm=128 bn=240 warps=12 stages=3 split_k=3",
+                "bm=128 bn=256 warps=8 stages=3 warp_spec=0 split_k=2"]
+
+
+@pytest.mark.parametrize("text", ACC128_SPLIT)
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_split_k_128_accumulators(gpu_device, layout, text):
+    for p in (BASE.with_layout(layout), Problem(33, 384, 1000, layout)):
+        _wgmma_passes(text, p, gpu_device)
+    _split_k_determinism(gpu_device, layout, text)
+
+
 def _split_k_determinism(gpu_device, layout, text):
     import torch
     from cudal2.check import make_inputs, reference, rel_error

@@ -89,6 +89,13 @@ SPECS = [
     ("family=wgmma bm=128 bn=128 bk=32 warps=12 stages=8 cluster=2", "nn"),
     ("family=mma bm=64 bn=64 bk=32 warps=4 stages=4 split_k=6", "nn"),
     ("family=mma bm=32 bn=64 bk=32 warps=4 stages=3 split_k=3", "nt"),
+    # the cluster split-K at 128 accumulators a thread (loads in flight capped at 64 registers):
+    # 128x256 / 256x128 cooperative and lite, 2 to 16 slices, both layouts, no spill.
+    ("family=wgmma bm=128 bn=256 warps=12 stages=3 split_k=2", "nt"),
+    ("family=wgmma bm=256 bn=128 warps=12 stages=3 split_k=4", "nn"),
+    ("family=wgmma bm=128 bn=256 warps=12 stages=3 split_k=3", "nn"),
+    ("family=wgmma bm=128 bn=240 warps=12 stages=3 split_k=16", "nt"),
+    ("family=wgmma bm=128 bn=256 warps=8 stages=3 warp_spec=0 split_k=2", "nt"),
 ]
 
 
@@ -177,7 +184,8 @@ def test_cache_key_covers_source_and_arch(backend):
     ("family=wgmma bm=128 bn=128 warps=12 stages=4", Problem(4096, 100, 4096), "family"),   # TMA: N % 8
     ("family=wgmma bm=128 bn=256 warps=12 stages=4", BIG, "stages"),        # ring + staging > 227 KB
     ("family=wgmma bm=128 bn=128 warps=8 stages=4 warp_spec=2", BIG, "warp_spec"),   # ping-pong: 2 consumers
-    ("family=wgmma bm=128 bn=256 warps=12 stages=3 split_k=2", BIG, "split_k"),      # reduction would spill
+    # split-K through the workspace (ping-pong) at 128 accumulators: its reduction would spill
+    ("family=wgmma bm=128 bn=128 warps=12 stages=5 warp_spec=2 split_k=2", BIG, "split_k"),
     ("family=wgmma bm=64 bn=64 warps=8 stages=4 split_k=16", Problem(4096, 4096, 512), "split_k"),
     ("family=wgmma bm=64 bn=64 warps=4 stages=4 warp_spec=1", BIG, "warps"),          # no consumer left
     ("family=wgmma bm=64 bn=64 warps=12 stages=4 warp_spec=0", BIG, "warps"),         # lite: 1-2 warpgroups
