@@ -35,6 +35,7 @@ from cudal2.registry.index import Registry  # noqa: E402
 # run/<name> -> the committed file it becomes (gzipped); grid_search.sh's recipe reads these names.
 STORES = {"grid.db": "grid_store.db.gz", "grid_nn2.db": "grid_nn2_store.db.gz",
           "grid_nn_leads.db": "grid_nn_leads_store.db.gz", "models_decode.db": "models_decode_store.db.gz",
+          "sweep_leads.db": "sweep_leads_store.db.gz",
           "compare/compare_grid.rows.jsonl": "compare_grid.rows.jsonl.gz"}
 CHECKPOINTS = {"grid.db.ckpt": "grid_policy_ckpt.tgz", "grid_nn2.db.ckpt": "grid_nn2_policy_ckpt.tgz"}
 PLAIN = ["compare/compare_grid.runs.json"]          # plus run/lt-autotune-*.json

@@ -19,7 +19,7 @@ R=bench/results
 # (the model set's rows), the cost model the search ranks seeds with, and the transfer compares
 # (`cudal2 compare --resume` goes on from them on an H100).
 keep_always='^bench/results/(h200-sm90/(costmodel/cost_h200_2859efc\.pt|registry_v2/models/run68_models_compare(_settled)?\.json\.gz)|h100-sm90/transfer/.*)$'
-keep_state='^bench/results/(h200-sm90|h100-sm90)/(grid_search/(grid_store\.db\.gz|grid_policy_ckpt\.tgz|grid_nn2_store\.db\.gz|grid_nn2_policy_ckpt\.tgz|grid_nn_leads_store\.db\.gz|models_decode_store\.db\.gz|lt-autotune-[^/]*\.json|compare_grid\.rows\.jsonl\.gz|compare_grid\.runs\.json)|registry_v2/grid_nt/run72_gridnt_compare\.(rows\.jsonl\.gz|runs\.json))$'
+keep_state='^bench/results/(h200-sm90|h100-sm90)/(grid_search/(grid_store\.db\.gz|grid_policy_ckpt\.tgz|grid_nn2_store\.db\.gz|grid_nn2_policy_ckpt\.tgz|grid_nn_leads_store\.db\.gz|sweep_leads_store\.db\.gz|models_decode_store\.db\.gz|lt-autotune-[^/]*\.json|compare_grid\.rows\.jsonl\.gz|compare_grid\.runs\.json)|registry_v2/grid_nt/run72_gridnt_compare\.(rows\.jsonl\.gz|runs\.json))$'
 case "${1:-}" in
   slim)
     keep="$keep_always|$keep_state"

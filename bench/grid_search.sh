@@ -60,7 +60,7 @@ set -uo pipefail
 if [ "${1:-}" = pack ]; then       # CPU side: no device_env, no store checkpoint, nothing else
   mkdir -p .runpack
   keep=(run/registry)
-  for f in run/.card run/prior run/grid.db run/grid.db.ckpt run/grid_nn2.db run/grid_nn2.db.ckpt run/grid_nn_leads.db run/grid_nn_leads.db.ckpt run/models_decode.db run/models_decode.db.ckpt run/lt-autotune-*.json run/compare/compare_grid.rows.jsonl \
+  for f in run/.card run/prior run/grid.db run/grid.db.ckpt run/grid_nn2.db run/grid_nn2.db.ckpt run/grid_nn_leads.db run/grid_nn_leads.db.ckpt run/sweep_leads.db run/sweep_leads.db.ckpt run/models_decode.db run/models_decode.db.ckpt run/lt-autotune-*.json run/compare/compare_grid.rows.jsonl \
            run/compare_nt/compare_grid.rows.jsonl run/compare/compare_grid.runs.json run/compare_nt/compare_grid.runs.json; do
     [ -e "$f" ] && keep+=("$f")
   done
@@ -95,7 +95,7 @@ if [ "$key" != h200-sm90 ]; then
     tar xzf bench/results/h200-sm90/grid_search/grid_policy_ckpt.tgz -C run/prior
     cudal2 registry export run/registry >/dev/null
     [ -f $G/grid_store.db.gz ] && gunzip -c $G/grid_store.db.gz >run/grid.db
-    for s in grid_nn2 grid_nn_leads models_decode; do
+    for s in grid_nn2 grid_nn_leads models_decode sweep_leads; do
       [ -f $G/${s}_store.db.gz ] && gunzip -c $G/${s}_store.db.gz >run/$s.db
     done
     cp $G/lt-autotune-$key.json run/ 2>/dev/null
@@ -122,6 +122,9 @@ elif [ ! -f run/grid.db ]; then
   fi
   if [ -f $G/models_decode_store.db.gz ]; then
     gunzip -c $G/models_decode_store.db.gz >run/models_decode.db
+  fi
+  if [ -f $G/sweep_leads_store.db.gz ]; then
+    gunzip -c $G/sweep_leads_store.db.gz >run/sweep_leads.db
   fi
 fi
 echo "$key" >run/.card
@@ -171,7 +174,14 @@ search_set() {   # search_set SET SECONDS
     # Files into the same registry, where an entry is replaced only by a higher speedup.
     models-decode) shapes=bench/model_decode_set.txt; layout=nt; stride=1; store=run/models_decode.db
               extra=(--m-buckets --init-policy "$prior") ;;
-    *) echo "unknown SET $set (grid-nn | grid-nt | models | models-decode | grid-nn2 | grid-nn-leads)"; return 2 ;;
+    # A spec sweep's winners filed (bench/sweep_leads.py writes bench/sweep_leads.txt and its
+    # shapes per layout): per shape only the lead and the cost model's best one (budget 2), screened,
+    # re-checked and timed in full, filed where they beat best-cublas by --file-margin and the
+    # entry there (a store of its own, run/sweep_leads.db, so a later sweep's leads run again).
+    sweep-nn|sweep-nt) layout=${set#sweep-}; shapes=bench/sweep_leads_shapes.$layout.txt; stride=1
+              store=run/sweep_leads.db; budget=2; sl=cost:2; co=(--cost-model "${COST_MODEL:-$COST_DEFAULT}")
+              extra=(--init-policy "$prior" --lead-specs bench/sweep_leads.txt) ;;
+    *) echo "unknown SET $set (grid-nn | grid-nt | models | models-decode | grid-nn2 | grid-nn-leads | sweep-nn | sweep-nt)"; return 2 ;;
   esac
   n=$(ls "$OUT"/generate_*.log 2>/dev/null | wc -l)
   capopt=(); [ "$cap" != 0 ] && capopt=(--screen-max-calls "$cap")
@@ -236,7 +246,7 @@ esac
 python3 - <<'EOF'
 import glob
 import sqlite3
-for path in sorted(glob.glob("run/grid*.db") + glob.glob("run/models_decode.db")):
+for path in sorted(glob.glob("run/grid*.db") + glob.glob("run/models_decode.db") + glob.glob("run/sweep_leads.db")):
     db = sqlite3.connect(path)
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")   # the WAL's rows into the file before packing
     print(f"store {path}:", db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0], "measurements,",
