@@ -63,6 +63,7 @@ _STALL = re.compile(r"smsp__average_warps_issue_stalled_(.+)_per_issue_active\.r
 # Opcode groups worth reading in a GEMM's SASS: which MMA, how tiles are loaded, the syncs.
 OPCODE_GROUPS = {
     "wgmma": ("HGMMA",), "mma": ("HMMA",), "tma_load": ("UTMALDG",), "tma_store": ("UTMASTG",),
+    "stmatrix": ("STSM",), "local": ("LDL", "STL"),
     "cp_async": ("LDGSTS",), "ldg": ("LDG",), "stg": ("STG",), "ldsm": ("LDSM",), "lds": ("LDS",),
     "sts": ("STS",), "barrier": ("BAR",), "mbarrier": ("SYNCS",), "atomic": ("ATOM", "ATOMG", "RED", "REDG"),
 }
@@ -181,7 +182,8 @@ def _tool(name: str) -> str | None:
 
 
 def _sass_of(cache: Path) -> dict[str, dict[str, int]]:
-    """Opcode counts per cubin (named by its kernel) that Triton wrote to the child's cache."""
+    """Opcode counts per cubin that the child wrote to its cache: Triton's (named by kernel) and
+    the CUDA backend's (named by its cache key)."""
     tool = _tool("cuobjdump")
     if tool is None:
         return {}
@@ -192,7 +194,8 @@ def _sass_of(cache: Path) -> dict[str, dict[str, int]]:
 
 def profile(shape: str, kernel: str, calls: int, ncu: str, log) -> dict:
     with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "TRITON_CACHE_DIR": cache}
+        # both backends' cubins land in the temporary cache, so their SASS is read below
+        env = {**os.environ, "TRITON_CACHE_DIR": cache, "CUDAL2_CACHE_DIR": cache}
         base = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--csv", "--page", "details"]
         cmd = [sys.executable, __file__, "--child", "--shape", shape, "--kernel", kernel, "--calls", str(calls)]
         attempts = (base + ["--print-units", "base"] + [x for s in SECTIONS for x in ("--section", s)]
