@@ -263,7 +263,9 @@ def test_wgmma_split_k_off_powers_of_two(gpu_device, layout, text):
 ACC128_SPLIT = ["bm=128 bn=256 warps=12 stages=3 split_k=2",
                 "bm=256 bn=128 warps=12 stages=3 split_k=4",
                 "bm=128 bn=240 warps=12 stages=3 split_k=3",
-                "bm=128 bn=256 warps=8 stages=3 warp_spec=0 split_k=2"]
+                "bm=128 bn=256 warps=8 stages=3 warp_spec=0 split_k=2",
+                "bm=128 bn=256 warps=12 stages=4 subtile=2 split_k=2",     # half the staging: a 4th stage
+                "bm=64 bn=128 warps=8 stages=9 subtile=2 split_k=4"]
 
 
 @pytest.mark.parametrize("text", ACC128_SPLIT)

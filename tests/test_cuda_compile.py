@@ -96,6 +96,10 @@ SPECS = [
     ("family=wgmma bm=128 bn=256 warps=12 stages=3 split_k=3", "nn"),
     ("family=wgmma bm=128 bn=240 warps=12 stages=3 split_k=16", "nt"),
     ("family=wgmma bm=128 bn=256 warps=8 stages=3 warp_spec=0 split_k=2", "nt"),
+    # subtile 2 with the cluster split-K: the partial in the ring + half a staging, a deeper ring
+    ("family=wgmma bm=128 bn=256 warps=12 stages=4 subtile=2 split_k=2", "nn"),
+    ("family=wgmma bm=256 bn=128 warps=12 stages=4 subtile=2 split_k=4", "nt"),
+    ("family=wgmma bm=64 bn=128 warps=8 stages=9 subtile=2 split_k=4", "nn"),
 ]
 
 
@@ -193,6 +197,8 @@ def test_cache_key_covers_source_and_arch(backend):
     ("family=wgmma bm=64 bn=64 bk=16 warps=8 stages=4", BIG, "bk"),            # no 32-byte K atom
     # the cluster split-K's fp32 partial does not fit a 2-stage bk-32 ring beside the staging
     ("family=wgmma bm=128 bn=192 bk=32 warps=12 stages=2 split_k=2", BIG, "split_k"),
+    # ... nor a 3-stage ring beside half a staging (subtile 2 needs the ring to hold 3/4 of it)
+    ("family=wgmma bm=128 bn=256 bk=32 warps=12 stages=3 subtile=2 split_k=2", BIG, "split_k"),
     ("family=mma bm=64 bn=96 bk=32 warps=4 stages=3", BIG, "bn"),            # mma: powers of two
     ("family=mma bm=128 bn=128 bk=32 warps=12 stages=4", BIG, "warps"),
     ("family=mma bm=64 bn=64 bk=64 warps=4 stages=2 split_k=16", Problem(512, 512, 256), "split_k"),

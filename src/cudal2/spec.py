@@ -217,9 +217,8 @@ class KernelSpec:
             # + the epilogue's staging (a whole tile per warpgroup in ping-pong) + 1 KB that the
             # kernel spends aligning the ring to the 128B-swizzle atom. Mbarriers are static.
             staging = self.bm * self.bn * 2 * (2 if self.pingpong else 1) // self.subtile
-            # The cluster split-K stages its fp32 partial (bm*bn*4 B) in the idle ring + a whole
-            # staging: they hold it when bm*bn/(bm+bn) <= bk * stages (_split_ring; hence
-            # _subtile_split keeps subtile 1 there).
+            # The cluster split-K stages its fp32 partial (bm*bn*4 B) in the idle ring + the
+            # staging (_split_ring says when they hold it).
             return ring + staging + 1024
         return ring
 
@@ -456,25 +455,20 @@ def _subtile(s, p, d):
         return f"bn={s['bn']} does not split into {s['subtile']} epilogue subtiles of 16-column multiples"
 
 
-def _subtile_split(s, p, d):
-    # The cluster split-K stages its fp32 partial (bm x bn x 4 B) in the idle ring and the staging
-    # behind it; a halved staging would not always hold it.
-    if s["subtile"] > 1 and cluster_split(KernelSpec(**s)):
-        return (f"subtile={s['subtile']} halves the epilogue's staging, which the cluster split-K "
-                f"(split_k={s['split_k']}, warp_spec {s['warp_spec']}, cluster 1) needs whole: use subtile=1")
-
-
 def _split_ring(s, p, d):
-    # The cluster split-K stages its fp32 partial (bm x bn x 4 B) in the idle ring and the whole
-    # staging (bm x bn x 2 B) behind it: the ring must hold bm x bn x 2 B, i.e. bk x stages >=
-    # bm*bn/(bm+bn) (always true at bk 64 from 2 stages; bk 32 with 2-3 stages can miss it).
+    # The cluster split-K stages its fp32 partial (bm x bn x 4 B) in the idle ring and the staging
+    # behind it (bm x bn x 2 B / subtile; the epilogue itself does not use the staging there: each
+    # slice stores its share of C from registers): ring + staging >= bm x bn x 4 B. At subtile 1
+    # that is bk x stages >= bm*bn/(bm+bn) (always true at bk 64 from 2 stages; bk 32 with 2-3
+    # stages can miss it); subtile 2 frees half the staging for a deeper ring where the ring alone
+    # holds three quarters of the partial (128x256 split-K: 4 stages where 3 fit at subtile 1).
     if s["family"] != "wgmma" or not cluster_split(KernelSpec(**s)):
         return None
-    ring = ring_bytes(s)
-    if ring < s["bm"] * s["bn"] * 2:
-        return (f"split_k={s['split_k']} reduces through the ring, which at stages={s['stages']} and "
-                f"bk={s['bk']} ({ring} B) cannot hold the {s['bm']}x{s['bn']} fp32 partial beside the "
-                f"staging: more stages or a larger bk")
+    ring, need = ring_bytes(s), s["bm"] * s["bn"] * 4 - s["bm"] * s["bn"] * 2 // s["subtile"]
+    if ring < need:
+        return (f"split_k={s['split_k']} reduces through the ring, which at stages={s['stages']}, "
+                f"bk={s['bk']} and subtile={s['subtile']} ({ring} B) cannot hold the {s['bm']}x{s['bn']} "
+                f"fp32 partial beside the staging: more stages, a larger bk or subtile=1")
 
 
 def _split_k(s, p, d):
@@ -509,11 +503,10 @@ RULES: list[Rule] = [
     ("stages", ("family", "bm", "bn", "bk", "warps", "stages", "subtile"), _any_schedule(_smem)),
     ("split_k", ("family", "split_k"), _pinned("split_k")),
     ("split_k", ("bk", "split_k"), _split_k),
-    ("split_k", ("family", "bm", "bn", "bk", "stages", "split_k", "warp_spec", "cluster"), _split_ring),
+    ("split_k", ("family", "bm", "bn", "bk", "stages", "split_k", "warp_spec", "subtile", "cluster"), _split_ring),
     ("split_k", ("family", "bm", "bn", "warps", "split_k", "cluster"), _any_schedule(_splitk_regs)),
     ("subtile", ("family", "subtile"), _pinned("subtile")),
     ("subtile", ("bn", "subtile"), _subtile),
-    ("subtile", ("family", "split_k", "warp_spec", "subtile", "cluster"), _subtile_split),
     ("warp_spec", ("family", "warp_spec"), _pinned("warp_spec")),
     ("warp_spec", ("family", "warps", "warp_spec"), _warp_spec),
     ("cluster", ("family", "split_k", "warp_spec", "cluster"), _cluster_split_size),

@@ -23,7 +23,7 @@ from dataclasses import replace
 from .cluster_fit import cluster_ctas
 from .device import DeviceInfo
 from .problems import Problem
-from .spec import CHOICES, KernelSpec, is_valid
+from .spec import CHOICES, KernelSpec, cluster_split, is_valid
 
 _BMS = (64, 128, 256)
 # Every split the grammar has (3 / 6 / 12 since 2026-12-05, not measured as seeds yet): on the card
@@ -144,6 +144,12 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
             base = KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=warps, stages=2,
                               group_m=8, split_k=split, subtile=1, warp_spec=ws, cluster=1)
             s = max_stages(base, problem, device)
+            if s is not None and cluster_split(s):
+                # the cluster split-K's epilogue does not use the staging: half of it buys a
+                # deeper ring where the partial still fits (spec._split_ring; 128x256: 4 stages)
+                deeper = max_stages(replace(base, subtile=2), problem, device)
+                if deeper is not None and deeper.stages > s.stages:
+                    s = deeper
             if s is not None and s not in out:
                 out.append(s)
                 per_tile[(bm, bn)] = per_tile.get((bm, bn), 0) + 1

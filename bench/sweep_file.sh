@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# A spec sweep, its winners filed and the grid compare's rows they made stale timed again, in one
+# device call (every step time-boxed; at most 8 files come back, so the logs come back as one tar):
+#
+#   bash bench/sweep_file.sh NAME LAYOUT SWEEP_S SEARCH_S COMPARE_S
+#
+#   1. bench/device_run.sh sweep:NAME:LAYOUT:SWEEP_S   the wave model's specs over bench/NAME.txt
+#   2. bench/sweep_leads.py                            the winners that beat the filed entry
+#   3. SET=sweep-LAYOUT bench/grid_search.sh search    each lead screened, re-checked, timed in
+#                                                      full and filed where it wins (run/registry)
+#   4. [SET=grid-nt] bench/grid_search.sh compare      the grid rows whose dispatch changed
+#
+# $OUT gets the sweep's CSV / JSON, logs.tgz (the leads, generate's and the compare's logs) and
+# grid_search.sh's run.tgz (parts): adopt it with bench/adopt_runpack.py as after any search call.
+set -uo pipefail
+name=$1 lay=$2 sweep_s=$3 search_s=$4 compare_s=$5
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+source "$(dirname "$0")/device_env.sh"
+logs=$(mktemp -d)
+OUT="$OUT" bash "$(dirname "$0")/device_run.sh" "sweep:$name:$lay:$sweep_s" 2>&1 | tail -14
+csv=$(ls -t "$OUT"/${name}_${lay}_*.csv 2>/dev/null | head -1)
+if [ -z "$csv" ]; then echo "no sweep CSV: nothing to file"; exit 1; fi
+python3 bench/sweep_leads.py "$csv" --out bench/sweep_leads.txt --shapes-out bench/sweep_leads_shapes.txt \
+  2>&1 | tee "$logs/leads.log"
+cp bench/sweep_leads.txt "$logs/"
+if [ -s "bench/sweep_leads_shapes.$lay.txt" ]; then
+  SET=sweep-$lay OUT="$logs" bash bench/grid_search.sh search "$search_s" 2>&1 | grep -v "^-\|^total\|^d" | tail -12
+  cset=grid-nn; [ "$lay" = nt ] && cset=grid-nt
+  rm -f "$logs"/run.tgz*                       # the compare packs run/ again, whole
+  SET=$cset OUT="$logs" bash bench/grid_search.sh compare "$compare_s" 2>&1 | grep -v "^-\|^total\|^d" | tail -12
+  mv "$logs"/run.tgz* "$OUT"/
+else
+  echo "no winner beats the filed entries: nothing filed"
+fi
+tar czf "$OUT/logs.tgz" -C "$logs" .
+ls -la "$OUT"
