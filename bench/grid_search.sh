@@ -175,11 +175,11 @@ search_set() {   # search_set SET SECONDS
     models-decode) shapes=bench/model_decode_set.txt; layout=nt; stride=1; store=run/models_decode.db
               extra=(--m-buckets --init-policy "$prior") ;;
     # A spec sweep's winners filed (bench/sweep_leads.py writes bench/sweep_leads.txt and its
-    # shapes per layout): per shape only the lead and the cost model's best one (budget 2), screened,
-    # re-checked and timed in full, filed where they beat best-cublas by --file-margin and the
-    # entry there (a store of its own, run/sweep_leads.db, so a later sweep's leads run again).
+    # shapes per layout): per shape only the lead (budget 1; no cost model, which is one card's),
+    # screened, re-checked and timed in full, filed where it beats best-cublas by --file-margin and
+    # the entry there (a store of its own, run/sweep_leads.db, so a later sweep's leads run again).
     sweep-nn|sweep-nt) layout=${set#sweep-}; shapes=bench/sweep_leads_shapes.$layout.txt; stride=1
-              store=run/sweep_leads.db; budget=2; sl=cost:2; co=(--cost-model "${COST_MODEL:-$COST_DEFAULT}")
+              store=run/sweep_leads.db; budget=1; sl=fixed:1; co=()
               extra=(--init-policy "$prior" --lead-specs bench/sweep_leads.txt) ;;
     *) echo "unknown SET $set (grid-nn | grid-nt | models | models-decode | grid-nn2 | grid-nn-leads | sweep-nn | sweep-nt)"; return 2 ;;
   esac

@@ -21,7 +21,7 @@ logs=$(mktemp -d)
 OUT="$OUT" bash "$(dirname "$0")/device_run.sh" "sweep:$name:$lay:$sweep_s" 2>&1 | tail -14
 csv=$(ls -t "$OUT"/${name}_${lay}_*.csv 2>/dev/null | head -1)
 if [ -z "$csv" ]; then echo "no sweep CSV: nothing to file"; exit 1; fi
-python3 bench/sweep_leads.py "$csv" --out bench/sweep_leads.txt --shapes-out bench/sweep_leads_shapes.txt \
+python3 bench/sweep_leads.py "$csv" --device "$CARD_KEY" --out bench/sweep_leads.txt --shapes-out bench/sweep_leads_shapes.txt \
   2>&1 | tee "$logs/leads.log"
 cp bench/sweep_leads.txt "$logs/"
 if [ -s "bench/sweep_leads_shapes.$lay.txt" ]; then
