@@ -117,15 +117,9 @@ elif [ ! -f run/grid.db ]; then
   if [ -f $G/grid_nn2_store.db.gz ]; then
     gunzip -c $G/grid_nn2_store.db.gz >run/grid_nn2.db && tar xzf $G/grid_nn2_policy_ckpt.tgz
   fi
-  if [ -f $G/grid_nn_leads_store.db.gz ]; then
-    gunzip -c $G/grid_nn_leads_store.db.gz >run/grid_nn_leads.db
-  fi
-  if [ -f $G/models_decode_store.db.gz ]; then
-    gunzip -c $G/models_decode_store.db.gz >run/models_decode.db
-  fi
-  if [ -f $G/sweep_leads_store.db.gz ]; then
-    gunzip -c $G/sweep_leads_store.db.gz >run/sweep_leads.db
-  fi
+  for s in grid_nn_leads models_decode sweep_leads; do
+    [ -f $G/${s}_store.db.gz ] && gunzip -c $G/${s}_store.db.gz >run/$s.db
+  done
 fi
 echo "$key" >run/.card
 # cuBLASLt autotune's choices (baselines.py's on-disk cache) travel in run/ too: the registry's

@@ -88,6 +88,14 @@ def max_stages(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Kernel
     return None
 
 
+def _seedable(spec: KernelSpec) -> bool:
+    """False for a split-K spec holding more than 96 accumulators a thread: valid since 2026-12-06
+    (the cluster split-K at 128), for the policy to try, but not a seed: on the H100 (run 99, 254
+    grid nt shapes) the best such spec ran 0.878x of the best other wave spec over 83 starved shapes
+    (best on 3), 0.871x over 118 large and 0.774x over 34 mid (best on none)."""
+    return spec.split_k == 1 or spec.acc_regs_per_thread() <= MAX_ACC_REGS_SPLITK
+
+
 def lite_ring(spec: KernelSpec, problem: Problem) -> KernelSpec:
     """A lite spec's ring no deeper than its work unit's k-tiles (all of K in flight at once; a
     deeper ring only holds shared memory), and at least 2."""
@@ -104,8 +112,8 @@ def _lite(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec 
         for warps in (4, 8):
             base = KernelSpec(**{**spec.to_dict(), "warps": warps, "warp_spec": 0, "cluster": 1, "stages": 2,
                                  "split_k": split})
-            if split > 1 and base.acc_regs_per_thread() > MAX_ACC_REGS_SPLITK:
-                continue       # not a seed (candidates says why): two warpgroups then
+            if not _seedable(base):
+                continue       # two warpgroups then
             deepest = max_stages(base, problem, device)
             if deepest is not None:
                 return lite_ring(deepest, problem)
@@ -145,11 +153,7 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
         for warps, ws in (((8, 1), (12, 1)) if bm == 64 else ((12, 1),)):
             base = KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=warps, stages=2,
                               group_m=8, split_k=split, subtile=1, warp_spec=ws, cluster=1)
-            if split > 1 and base.acc_regs_per_thread() > MAX_ACC_REGS_SPLITK:
-                # Valid since 2026-12-06 (the cluster split-K at 128 accumulators), for the policy
-                # to try, but not a seed: on the H100 (run 99, 254 grid nt shapes) the best such
-                # spec ran 0.878x of the best other wave spec over 83 starved shapes (best on 3),
-                # 0.871x over 118 large and 0.774x over 34 mid (best on none).
+            if not _seedable(base):
                 continue
             s = max_stages(base, problem, device)
             if s is not None and s not in out:
