@@ -2,7 +2,8 @@
 # One device call = one run of this script: install from the tree, then the named stages, with
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
-# ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS].
+# ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
+# retime:NAME:LAYOUT[:PASSES].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -128,6 +129,18 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         [ $rc = 0 ] || break           # cut short by the time box: the next call resumes this pass
       done
       tar czf "$OUT/cublas_ev.tgz" run/cublas_ev ;;
+    retime:*)
+      # retime:NAME:LAYOUT[:PASSES] (default 2): the registry's dispatch at bench/NAME.txt's shapes
+      # (bench/worst_rows.py: the rows a compare on record saw a kernel lose to torch.matmul) beside
+      # the five baselines, offline and server, PASSES independent compares (each its own JSON), the
+      # evidence `cudal2 registry add-timings --offline-guard / --server-guard` acts on. The grid
+      # compares' settings (15 ms offline, 20 server calls); ~0.7 s a shape a pass on the H200.
+      IFS=: read -r _ rname rlay rpasses <<<"$stage"
+      for pass in $(seq 1 "${rpasses:-2}"); do
+        timeout 240 cudal2 compare --shapes "bench/$rname.txt" --layout "$rlay" --mode both \
+          --registry src/cudal2/registry --min-ms 15 --server-calls 20 --no-table \
+          --json "$OUT/retime_${rname}_${rlay}_p$pass.json" 2>&1 | tail -4
+      done ;;
     *)
       echo "unknown stage $stage" ;;
   esac
