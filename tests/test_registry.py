@@ -449,6 +449,42 @@ def test_server_guard_refiles_kernels_that_lose_cold(tmp_path):
         server_guard(tmp_path / "r", DEV, {}, 1.5)
 
 
+def test_offline_guard_refiles_kernels_that_lose_offline(tmp_path):
+    """H200 grid nn compare (2026-12-05, commit 4bbf039): the wgmma split-K filed at 2048x256x16384
+    ran 39.52 us offline where torch.matmul ran 33.92 (0.858x). Under --offline-guard 0.97 it becomes
+    cuBLAS with its kernel and offline figures kept; one at 0.98x stays; cuBLAS rows, shapes the
+    registry lacks and the server columns are not what it judges; a guard past 1.0 is refused."""
+    reg = Registry.load(tmp_path / "r", create=True)
+    lost, held, cub = Problem(2048, 256, 16384), Problem(4096, 128, 16384), Problem(64, 64, 64)
+    reg.add(entry(lost.text, MMA, t=33.0, best=34.46), "// cuda " + src("lost"))
+    reg.add(entry(held.text, MMA, t=20.0, best=21.0), "// cuda " + src("held"))
+    reg.add(entry(cub.text, None, t=5.0, best=5.0), None)
+    rows = [(lost, "kernel", 39.52, 33.92), (held, "kernel", 20.0, 19.6), (cub, "", None, 5.0),
+            (Problem(2, 8192, 2048), "kernel", 20.0, 10.0)]
+    cmp = tmp_path / "c.json"
+    cmp.write_text(json.dumps({"versions": {"device_key": DEV}, "config": {"baselines": ["torch"], "modes": ["offline"]},
+                               "rows": [{"M": p.M, "N": p.N, "K": p.K, "layout": p.layout, "cudal2_via": via,
+                                         "offline_cudal2_median_us": k, "offline_torch_median_us": t,
+                                         "server_cudal2_mean_us": 1.0, "server_torch_mean_us": 100.0}
+                                        for p, via, k, t in rows]}))
+    res = runner.invoke(app, ["registry", "add-timings", str(cmp), "--registry", str(tmp_path / "r"),
+                              "--offline-guard", "0.97"])
+    assert res.exit_code == 0, res.output
+    assert f"{DEV}/{lost.text}: kernel -> cuBLAS (offline 0.858x of torch.matmul, guard 0.97)" in res.output
+    assert "--offline-guard 0.97: 1 kernel entries re-filed as cuBLAS" in res.output
+    back = Registry.load(tmp_path / "r")
+    e = back.lookup(lost, DEV)
+    assert e.backend == "cublas" and e.source is None and e.time_us == 34.46
+    assert e.times["best_kernel_spec"] == MMA and e.times["offline_us"] == {"kernel": 39.52, "torch": 33.92}
+    assert e.times["refiled"] == "offline 0.8583x of torch.matmul under guard 0.97"
+    assert {"torch": 33.92} in e.dispatch["repeats"]     # the same compare's timing joins its evidence
+    assert back.lookup(held, DEV).backend == "cuda"                  # 19.6 / 20.0 = 0.98x: kept
+    assert back.lookup(cub, DEV).backend == "cublas"
+    with pytest.raises(RegistryError, match="offline guard"):
+        from cudal2.registry import offline_guard
+        offline_guard(tmp_path / "r", DEV, {}, 1.5)
+
+
 def test_a_search_does_not_file_again_the_kernel_the_server_guard_refiled(tmp_path):
     """H200 2026-12-05 (run 68): the decode re-search re-filed at 1x2048x8192:nt the very stream
     spec the server guard had re-filed as cuBLAS (0.917x of torch.matmul cold); the next compare

@@ -304,11 +304,14 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
                         None, "--server-guard", help="also re-file as cuBLAS each kernel entry, and stop dispatching "
                         "each cuBLASLt call, that ran under this ratio of torch.matmul in the compare's server "
                         "mode (cold L2; e.g. 0.97 for a decode server); off by default: the registry is chosen "
-                        "by offline time")) -> None:
+                        "by offline time"),
+                    oguard: Optional[float] = typer.Option(
+                        None, "--offline-guard", help="also re-file as cuBLAS each kernel entry that ran under this "
+                        "ratio of torch.matmul in the compare's offline medians (e.g. 0.97: issue 22's bar)")) -> None:
     """Add a compare run's timings to the cuBLAS entries' evidence and choose their calls again."""
     from .errors import fail
-    from ..registry import (RegistryError, add_timings, call_guard, call_timings, compare_timings, server_guard,
-                            server_timings)
+    from ..registry import (RegistryError, add_timings, call_guard, call_timings, compare_timings, offline_guard,
+                            offline_kernel_timings, server_guard, server_timings)
     from ..report import load_json
     reg = _load(registry)
     if reg.shipped:
@@ -324,6 +327,7 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
                 fail(f"{compare}: --server-guard needs a compare with server mode (--mode both)", code=1)
                 return
             guarded = server_guard(reg.root, device, srv, guard)
+        oguarded = offline_guard(reg.root, device, offline_kernel_timings(data), oguard) if oguard is not None else []
         moved = add_timings(reg.root, device, compare_timings(data), margin)
         calls = call_guard(reg.root, device, call_timings(data), guard) if guard is not None else []
     except FileNotFoundError:
@@ -339,6 +343,10 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
         typer.echo(f"{e.key}: kernel -> cuBLAS (server mode {ratio:.3f}x of torch.matmul, guard {guard})")
     if guard is not None:
         typer.echo(f"{device}: --server-guard {guard}: {len(guarded)} kernel entries re-filed as cuBLAS")
+    for e, ratio in oguarded:
+        typer.echo(f"{e.key}: kernel -> cuBLAS (offline {ratio:.3f}x of torch.matmul, guard {oguard})")
+    if oguard is not None:
+        typer.echo(f"{device}: --offline-guard {oguard}: {len(oguarded)} kernel entries re-filed as cuBLAS")
     for e, old, new in moved:
         if old != new:
             typer.echo(f"{e.key}: {old} -> {new} ({e.dispatch['why']})")

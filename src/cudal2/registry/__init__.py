@@ -5,7 +5,7 @@ rules dispatch serves by (evidence.py: a cuBLAS entry's call, a kernel entry's m
 the index on disk and its queries (index.py: Registry, load / lookup / nearest / add / export,
 the shipped root; disk.py: atomic writes, the index's text, the writers' lock; upkeep.py: verify
 and rerender), filing measurements into it (record.py: record_winner, record_cublas), a compare's
-timings as evidence (timings.py: add_timings, server_guard, call_guard), and another card's
+timings as evidence (timings.py: add_timings, server_guard, offline_guard, call_guard), and another card's
 kernels filed on this card's compare (transfer.py: for_timing, file_winners), cuBLAS entries for
 a card's shapes without one from its compares (fill.py: fill_cublas). This folder also
 holds the shipped registry's data, index.json (its sources ship in cudal2.kernels_*/generated).
@@ -22,11 +22,12 @@ from .upkeep import VerifyResult, check_render
 from .evidence import (CUBLAS_MARGIN, DISPATCH_TARGETS, cublas_choice, legacy_choice, qualified_calls,
                        scope_problems)
 from .record import lost_cold, record_cublas, record_scope, record_winner
-from .timings import add_timings, call_guard, call_timings, compare_timings, server_guard, server_timings
+from .timings import (add_timings, call_guard, call_timings, compare_timings, offline_guard,
+                      offline_kernel_timings, server_guard, server_timings)
 
 # Every public name, so `from cudal2.registry import X` keeps working for all callers.
 __all__ = ["CUBLAS_MARGIN", "DISPATCH_TARGETS", "add_timings", "call_guard", "call_timings", "compare_timings",
-           "cublas_choice", "lost_cold", "server_guard", "server_timings",
+           "cublas_choice", "lost_cold", "server_guard", "server_timings", "offline_guard", "offline_kernel_timings",
            "legacy_choice", "record_scope", "scope_problems", "BACKENDS", "ENV", "FORMAT", "SUFFIX",
            "VERSION", "Entry", "Registry", "RegistryError", "VerifyResult", "check_margin", "check_render",
            "default_root", "log_distance", "record_cublas", "record_winner", "sha256_text", "shipped_root",
