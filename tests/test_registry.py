@@ -480,6 +480,14 @@ def test_offline_guard_refiles_kernels_that_lose_offline(tmp_path):
     assert {"torch": 33.92} in e.dispatch["repeats"]     # the same compare's timing joins its evidence
     assert back.lookup(held, DEV).backend == "cuda"                  # 19.6 / 20.0 = 0.98x: kept
     assert back.lookup(cub, DEV).backend == "cublas"
+    # A re-search timing the same spec over would file it again on its own timing: refused, as
+    # after the server guard; another spec files.
+    m = {"spec": MMA, "problem": lost.text, "device": DEV, "status": "ok", "time_us": 33.0, "best_cublas_us": 34.46,
+         "baselines_us": {"torch": 33.92}, "check": {"passed": True}, "versions": {}}
+    with pytest.raises(RegistryError, match=r"this spec ran offline 0\.8583x of torch.matmul .*stays cuBLAS"):
+        record_winner(tmp_path / "r", m, "// cuda " + src("again"))
+    other = MMA.replace("stages=4", "stages=3")
+    assert record_winner(tmp_path / "r", {**m, "spec": other}, "// cuda " + src("other")).backend == "cuda"
     with pytest.raises(RegistryError, match="offline guard"):
         from cudal2.registry import offline_guard
         offline_guard(tmp_path / "r", DEV, {}, 1.5)

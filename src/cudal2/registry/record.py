@@ -59,7 +59,7 @@ def record_winner(registry_path, measurement, source_text: str | None, device_ke
         entry.dispatch = _choice(repeats, baselines, cublas_margin)
     def keep(old):
         if old is not None and not force and wins and lost_cold(old, spec.text):
-            raise RegistryError(f"{old.key}: this spec ran {old.times['refiled']} (server_guard); "
+            raise RegistryError(f"{old.key}: this spec ran {old.times['refiled']} (a guard's compare); "
                                 "the entry stays cuBLAS (force files it anyway)")
         return old is not None and not force and (old.speedup() or 0) >= (entry.speedup() or 0) \
             and not _upgrades(old, entry)
@@ -72,10 +72,13 @@ def lost_cold(old: Entry, spec_text: str) -> bool:
     times offline only, so it would file the same kernel again at the same offline win (it did, on
     the H200, 2026-12-05: the decode re-search re-filed 1x2048x8192:nt and 2x2048x8192:nt, which the
     run 68 compare then found at 0.939x / 0.928x of torch.matmul cold). Another spec may file: it
-    has not been measured cold."""
+    has not been measured cold. The same holds for `offline_guard`'s re-files: a compare timed the
+    kernel under torch.matmul after the search had timed it over, and a re-search filing it again on
+    its own timing would undo the later evidence."""
     from ..spec import KernelSpec, SpecError
-    if old.backend != "cublas" or "server_us" not in old.times \
-            or not str(old.times.get("refiled", "")).startswith("server"):
+    why = str(old.times.get("refiled", ""))
+    mode = next((m for m in ("server", "offline") if why.startswith(m)), None)
+    if old.backend != "cublas" or mode is None or f"{mode}_us" not in old.times:
         return False
     try:        # both as canonical spec text (an entry filed by hand may spell a spec shorter)
         return KernelSpec.parse(str(old.times.get("best_kernel_spec"))).text == KernelSpec.parse(spec_text).text
