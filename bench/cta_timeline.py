@@ -32,7 +32,9 @@ import statistics
 import sys
 from pathlib import Path
 
-EVENTS = ("entry", "ready", "produce", "load", "full", "mma", "reduce", "store", "exit")   # wgmma.cu's TL_*
+EVENTS = ("entry", "ready", "produce", "load", "full", "mma", "reduce", "store", "exit",   # wgmma.cu's TL_*
+          "partial", "summed")     # the cluster split-K's two, appended: the older events keep their slots
+EXIT = EVENTS.index("exit")
 MAX_CTAS = 4096                                                                # wgmma.cu's TL_MAX_CTAS
 TIMELINE_DEFINE = "#define TIMELINE 1\n"
 # The GPU sleep ahead of each stamped train: ~10 ms at the H200's ~1.98 GHz, longer than the host
@@ -50,7 +52,7 @@ def summarize(stamps: list[list[tuple[int, int]]], event_us: float | None = None
     (a slice that was not last in a workspace split-K stores nothing; CSPLIT has no TMA store).
     Times are in µs; a CTA without entry and exit stamps is left out (it never ran the instrumented
     thread's path, or the grid outgrew the buffer)."""
-    ctas = [s for s in stamps if s[0][0] and s[-1][0]]
+    ctas = [s for s in stamps if s[0][0] and s[EXIT][0]]
     if not ctas:
         raise ValueError("no CTA stamped both entry and exit: was the kernel built with TIMELINE=1?")
     t0 = min(s[0][0] for s in ctas)
@@ -61,10 +63,10 @@ def summarize(stamps: list[list[tuple[int, int]]], event_us: float | None = None
         if since:
             events[name] = {"ctas": len(since), "median_us": round(statistics.median(since), 3),
                             "p90_us": round(_pct(since, 0.9), 3), "max_us": round(max(since), 3)}
-    mhz = [(s[-1][1] - s[0][1]) / ((s[-1][0] - s[0][0]) / 1e3) for s in ctas if s[-1][0] > s[0][0]]
+    mhz = [(s[EXIT][1] - s[0][1]) / ((s[EXIT][0] - s[0][0]) / 1e3) for s in ctas if s[EXIT][0] > s[0][0]]
     out = {"ctas": len(ctas), "skew_median_us": round(statistics.median(skew), 3),
            "skew_max_us": round(max(skew), 3),
-           "span_us": round((max(s[-1][0] for s in ctas) - t0) / 1e3, 3),
+           "span_us": round((max(s[EXIT][0] for s in ctas) - t0) / 1e3, 3),
            "sm_mhz_median": round(statistics.median(mhz), 1) if mhz else None, "events": events}
     if event_us is not None:
         out["event_us"] = round(event_us, 3)

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # Issue 19, one device call (2026-12-06): where the cluster split-K's time goes (bench/cta_timeline.py
-# over bench/timeline_cases_split.txt), Nsight Compute profiles of ours against cuBLASLt's kernel at
-# the issue's three shapes (nt; the split-K and no-split specs of 1024x1024x8192 side by side), and on
-# an H100 the run-99 sweep's winners filed (bench/sweep_leads.txt, SET=sweep-nt). Time-boxed steps.
+# over bench/timeline_cases_split.txt: mainloop full -> mma, partials visible -> partial, sums stored
+# -> summed, the exit barrier -> reduce; and the split's work a CTA without / with a 2-CTA cluster).
+# On an H200 also issue 22's retime (bench/worst_rows.py's lists, two compares each: what
+# `cudal2 registry add-timings --offline-guard` reads) and issue 19's Nsight profiles of ours against
+# cuBLASLt's kernel at the issue's three shapes (H100 run 100 has them for the H100). Time-boxed.
+#   OUT=... bash bench/split_probe.sh        # files: the timeline's JSON / MD, retime.tgz, profiles
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
 W="backend=cuda family=wgmma bk=64 group_m=8 cluster=1"
-timeout 100 python3 bench/cta_timeline.py --out "$OUT" --cases bench/timeline_cases_split.txt --before 0 --repeat 2 2>&1 | tail -14
-timeout 150 python3 bench/kernel_profile.py --out "$OUT" \
-  --case "1024x1024x8192:nt|$W bm=64 bn=128 warps=8 stages=8 split_k=1 subtile=1 warp_spec=1|$W bm=128 bn=128 warps=12 stages=6 split_k=2 subtile=1 warp_spec=1|cublaslt-autotune" \
-  --case "4096x4096x512:nt|$W bm=256 bn=128 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
-  --case "4096x4096x4096:nt|$W bm=128 bn=256 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
-  2>&1 | grep -v "^  " | tail -12
-if [ "${CARD_KEY:-}" = h100-sm90 ] && [ -s bench/sweep_leads_shapes.nt.txt ]; then
-  mkdir -p "$OUT/gs"
-  SET=sweep-nt OUT="$OUT/gs" bash bench/grid_search.sh search 90 2>&1 | grep -v "^-\|^total\|^d" | tail -8
-  mv "$OUT"/gs/run.tgz* "$OUT"/ 2>/dev/null
-  tar czf "$OUT/logs.tgz" -C "$OUT/gs" . && rm -rf "$OUT/gs"
+timeout 120 python3 bench/cta_timeline.py --out "$OUT" --cases bench/timeline_cases_split.txt --before 0 --repeat 2 2>&1 | tail -14
+if [ "${CARD_KEY:-}" = h200-sm90 ]; then
+  rt=$(mktemp -d)
+  OUT="$rt" bash "$(dirname "$0")/device_run.sh" retime:retime_nn:nn retime:retime_nt:nt 2>&1 | tail -12
+  tar czf "$OUT/retime.tgz" -C "$rt" .
+  timeout 150 python3 bench/kernel_profile.py --out "$OUT" \
+    --case "1024x1024x8192:nt|$W bm=64 bn=128 warps=8 stages=8 split_k=1 subtile=1 warp_spec=1|$W bm=128 bn=128 warps=12 stages=6 split_k=2 subtile=1 warp_spec=1|cublaslt-autotune" \
+    --case "4096x4096x512:nt|$W bm=256 bn=128 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
+    --case "4096x4096x4096:nt|$W bm=128 bn=256 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
+    2>&1 | grep -v "^  " | tail -12
 fi
 ls -la "$OUT"

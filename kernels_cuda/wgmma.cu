@@ -158,7 +158,9 @@ DEVI u32 a_tx_bytes(int M) { return (A_TRIM && M < BM) ? (u32)M * (BK * 2u) : (u
 #define TL_REDUCE 6     // split-K: the unit's slices are summed (cluster) / this slice reduced (workspace)
 #define TL_STORE 7      // the epilogue's TMA stores are issued
 #define TL_EXIT 8       // consumer 0's first thread leaves
-#define TL_EVENTS 9
+#define TL_PARTIAL 9    // cluster split-K: every slice's fp32 partial written and visible (barrier passed)
+#define TL_SUMMED 10    // cluster split-K: this thread's groups summed and stored (before the exit barrier)
+#define TL_EVENTS 11
 #define TL_MAX_CTAS 4096
 #define TL_THREAD (LITE ? 0 : 128)      // consumer warpgroup 0's first thread
 #if TIMELINE
@@ -500,6 +502,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                     st_shared_f4(red + (u32)(v * 128 + tig) * 16, a[0], a[1], a[2], a[3]);
                 }
                 cluster_barrier();           // every slice's partial written and visible
+                TL(TL_PARTIAL, tig == 0 && c == 0 && u == cid);
                 const int row_w = tm * BM + c * CROWS + warp * 16 + lane / 4;
                 // RCHUNK groups' remote loads are issued before any of them is summed: the loads
                 // are volatile asm, so the stores of a group would otherwise close its loads' flight
@@ -542,6 +545,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                         }
                     }
                 }
+                TL(TL_SUMMED, tig == 0 && c == 0 && u == cid);
 #if EXIT_RELAXED
                 // No slice leaves while another may read its partial. Its own remote loads are
                 // complete (their sums were stored), so the arrive needs no release: the relaxed
