@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 19, one device call (2026-12-06): where the cluster split-K's time goes (bench/cta_timeline.py
 # over bench/timeline_cases_split.txt: mainloop full -> mma, partials visible -> partial, sums stored
-# -> summed, the exit barrier -> reduce; and the split's work a CTA without / with a 2-CTA cluster).
+# -> summed, the exit barrier -> reduce; the split's work a CTA without / with a 2-CTA cluster; the
+# push form RED_PUSH=1 beside the pull form, after its GPU test).
 # On an H200 also issue 22's retime (bench/worst_rows.py's lists, two compares each: what
 # `cudal2 registry add-timings --offline-guard` reads) and issue 19's Nsight profiles of ours against
 # cuBLASLt's kernel at the issue's three shapes (H100 run 100 has them for the H100). Time-boxed.
@@ -11,12 +12,16 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
 W="backend=cuda family=wgmma bk=64 group_m=8 cluster=1"
-timeout 120 python3 bench/cta_timeline.py --out "$OUT" --cases bench/timeline_cases_split.txt --before 0 --repeat 2 2>&1 | tail -14
+# RED_PUSH (the push form of the reduction) under the checker and bit-identical to the pull form
+# first: a hang there is cut by pytest-timeout before the timeline runs its cases.
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 60 -rfE tests/test_backends_gpu.py \
+  -k red_push >"$OUT/gpu_tests.txt" 2>&1; tail -6 "$OUT/gpu_tests.txt"
+timeout 200 python3 bench/cta_timeline.py --out "$OUT" --cases bench/timeline_cases_split.txt --before 0 --repeat 2 2>&1 | tail -16
 if [ "${CARD_KEY:-}" = h200-sm90 ]; then
   rt=$(mktemp -d)
   OUT="$rt" bash "$(dirname "$0")/device_run.sh" retime:retime_nn:nn retime:retime_nt:nt 2>&1 | tail -12
   tar czf "$OUT/retime.tgz" -C "$rt" .
-  timeout 150 python3 bench/kernel_profile.py --out "$OUT" \
+  [ $SECONDS -lt 380 ] && timeout 150 python3 bench/kernel_profile.py --out "$OUT" \
     --case "1024x1024x8192:nt|$W bm=64 bn=128 warps=8 stages=8 split_k=1 subtile=1 warp_spec=1|$W bm=128 bn=128 warps=12 stages=6 split_k=2 subtile=1 warp_spec=1|cublaslt-autotune" \
     --case "4096x4096x512:nt|$W bm=256 bn=128 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
     --case "4096x4096x4096:nt|$W bm=128 bn=256 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \

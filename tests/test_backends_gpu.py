@@ -302,3 +302,41 @@ def _split_k_determinism(gpu_device, layout, text):
             kernel(a, b, c2)
     torch.cuda.synchronize()
     assert torch.equal(c1, outs[0]) and torch.equal(c2, outs[0])
+
+
+# RED_PUSH (an experiment, 2026-12-06; off in every filed kernel): the cluster split-K's slices push
+# the groups another slice sums (st.async into its ring, counted on its mbarrier) instead of loading
+# them remotely. The full checker with it on (edges off the tile grid, K = 1000), and on a starved
+# deep-K shape the same bits as the pull form (the sums run in the same slice order), twice.
+RED_PUSH = ["bm=128 bn=128 warps=12 stages=6 split_k=2",
+            "bm=64 bn=96 warps=8 stages=10 split_k=3",
+            "bm=64 bn=128 warps=4 stages=8 warp_spec=0 split_k=8",
+            "bm=64 bn=64 warps=4 stages=8 warp_spec=0 split_k=16",
+            "bm=128 bn=256 warps=12 stages=4 subtile=2 split_k=2"]
+
+
+@pytest.mark.parametrize("text", RED_PUSH)
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_red_push_matches_the_pull_form(gpu_device, layout, text):
+    import torch
+    from cudal2.backends import get_backend
+    from cudal2.check import make_inputs
+    be = get_backend("cuda")
+
+    def build(p, push):
+        spec = validate(KernelSpec.parse(f"backend=cuda family=wgmma {text}"), p, gpu_device)
+        src = ("#define RED_PUSH 1\n" if push else "") + be.render(spec, p)
+        return be.load(be.compile_source(spec, src, gpu_device.arch, p.layout))
+
+    for p in (BASE.with_layout(layout), Problem(33, 384, 1000, layout)):
+        report = check_kernel(build(p, True), p, "cuda")
+        assert report.passed, f"{p}: " + "\n".join(r.line() for r in report.results)
+    p = Problem(256, 384, 8192, layout)
+    a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(3))
+    outs = []
+    for kernel in (build(p, False), build(p, True), build(p, True)):
+        c = torch.full((p.M, p.N), float("nan"), dtype=torch.float16, device="cuda")
+        kernel(a, b, c)
+        outs.append(c)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[1], outs[2])

@@ -338,3 +338,22 @@ def test_lite_cp_passes_the_checker_and_matches_the_filed_kernel(gpu_device, tex
         outs.append(c)
     torch.cuda.synchronize()
     assert torch.equal(outs[0], outs[1])
+
+
+def test_the_split_cases_compile_with_their_defines():
+    """bench/timeline_cases_split.txt (bench/split_probe.sh's timeline): every case a valid spec that
+    compiles with the stamps and its defines (RED_PUSH=1 included) and no spills."""
+    from cudal2.device import DeviceInfo
+    from cudal2.nvrtc import compile_cubin
+    from cudal2.problems import Problem
+    from cudal2.spec import validate
+    lines = [l for l in (ROOT / "bench" / "timeline_cases_split.txt").read_text().splitlines()
+             if l.strip() and not l.startswith("#")]
+    assert sum("RED_PUSH=1" in l for l in lines) == 2 and len(lines) == 8
+    for line in lines:
+        shape, text, defines = ct.parse_case(line)
+        prob = Problem.parse(shape)
+        spec = validate(KernelSpec.parse(text), prob, DeviceInfo.target("sm_90a"))
+        _, log = compile_cubin(ct.TIMELINE_DEFINE + ct.prefix(defines) + render(spec, prob.layout), "sm_90a",
+                               ("-std=c++17", "--ptxas-options=-v"))
+        assert re.search(r"0 bytes spill stores", log), (line, log)
