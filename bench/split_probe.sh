@@ -15,7 +15,7 @@ W="backend=cuda family=wgmma bk=64 group_m=8 cluster=1"
 # RED_PUSH (the push form of the reduction) under the checker and bit-identical to the pull form
 # first: a hang there is cut by pytest-timeout before the timeline runs its cases.
 timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 60 -rfE tests/test_backends_gpu.py \
-  -k red_push >"$OUT/gpu_tests.txt" 2>&1; tail -6 "$OUT/gpu_tests.txt"
+  -k "red_push or k_interleave" >"$OUT/gpu_tests.txt" 2>&1; tail -6 "$OUT/gpu_tests.txt"
 timeout 200 python3 bench/cta_timeline.py --out "$OUT" --cases bench/timeline_cases_split.txt --before 0 --repeat 2 2>&1 | tail -16
 if [ "${CARD_KEY:-}" = h200-sm90 ]; then
   rt=$(mktemp -d)

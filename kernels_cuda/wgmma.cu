@@ -120,6 +120,9 @@
 #ifndef RED_CHUNK
 #define RED_CHUNK 64    // cluster split-K: float4 groups whose remote loads fly together (see there)
 #endif
+#ifndef K_INTERLEAVE
+#define K_INTERLEAVE 0  // split-K: slice s takes k-tiles s, s + SPLIT_K, ... (see unit_of)
+#endif
 #ifndef RED_PUSH
 #define RED_PUSH 0      // cluster split-K: slices push (st.async) the groups others sum (see there)
 #endif
@@ -214,9 +217,20 @@ DEVI void unit_of(int u, int ctiles_m, int ctiles_n, int ktiles, u32 rank, int& 
     tm = cm * CLUSTER + rank;
     tn = cn;
 #endif
+#if K_INTERLEAVE
+    // An experiment (off in every filed kernel): slice s loads k-tiles s, s + SPLIT_K, ... (KPHYS),
+    // so a cluster's slices read neighbouring 128-byte chunks of the same rows at any moment where
+    // the contiguous split has them SPLIT_K regions apart. H100 run 101: the contiguous split ran
+    // 443-457 ns a 128x128x64 k-tile at K 8064-12288 where the same CTA without a split ran 331.
+    kt0 = 0;
+    kt1 = (ktiles - split + SPLIT_K - 1) / SPLIT_K;
+#else
     kt0 = split * ktiles / SPLIT_K;
     kt1 = (split + 1) * ktiles / SPLIT_K;
+#endif
 }
+// The k-tile a slice's kt-th load reads (`split` in scope, from unit_of).
+#define KPHYS(kt) (K_INTERLEAVE ? (kt) * SPLIT_K + split : (kt))
 
 DEVI void ring_advance(int& s, u32& phase, int n) {
     const int x = s + n;
@@ -344,7 +358,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             unit_of(blockIdx.x, tm_, tn_, (K + BK - 1) / BK, 0, tm, tn, split, kt0, kt1);
             TL(TL_PRODUCE, true);
             for (early_next = kt0; early_next < kt1 && early_next < kt0 + STAGES; ++early_next)
-                produce(&tmA, &tmB, ring, full0, empty0, tm, tn, early_next, 0, ps, pphase, a_tx_bytes(M));
+                produce(&tmA, &tmB, ring, full0, empty0, tm, tn, KPHYS(early_next), 0, ps, pphase, a_tx_bytes(M));
             TL(TL_LOAD, true);
         }
 #endif
@@ -373,7 +387,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 unit_of(u, ctiles_m, ctiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
                 for (int kt = kt0; kt < kt1; ++kt) {
                     TL(TL_PRODUCE, u == cid && kt == kt0);
-                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt, rank, s, phase, a_tx_bytes(M));
+                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, KPHYS(kt), rank, s, phase, a_tx_bytes(M));
                     TL(TL_LOAD, u == cid && kt == kt0);
                 }
             }
@@ -421,8 +435,8 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 TL(TL_PRODUCE, threadIdx.x == 0 && u == cid);
                 for (int i = 0; i < kt1 - kt0; ++i) {
                     const u32 sa = ring + ((s + i) % STAGES) * STAGE_BYTES;
-                    cp_tile(sa, Ag, tm * BM, BM, M, (kt0 + i) * 64, K);
-                    cp_tile(sa + A_BYTES, Bg, tn * BN, BN, N, (kt0 + i) * 64, K);
+                    cp_tile(sa, Ag, tm * BM, BM, M, KPHYS(kt0 + i) * 64, K);
+                    cp_tile(sa + A_BYTES, Bg, tn * BN, BN, N, KPHYS(kt0 + i) * 64, K);
                 }
                 next = kt1;                             // nothing left for thread 0 to refill
                 asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
@@ -440,7 +454,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             if (threadIdx.x == 0) {
                 TL(TL_PRODUCE, u == cid);
                 for (; next < kt1 && next < kt0 + STAGES; ++next)
-                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next, rank, ps, pphase, a_tx_bytes(M));
+                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, KPHYS(next), rank, ps, pphase, a_tx_bytes(M));
             }
 #if !EARLY_LOAD
             TL(TL_LOAD, threadIdx.x == 0 && u == cid);
@@ -480,7 +494,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #if LITE
                     // The slot just released takes the next k-tile (once every warpgroup let go).
                     if (threadIdx.x == 0 && next < kt1)
-                        produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next++, rank, ps, pphase, a_tx_bytes(M));
+                        produce(&tmA, &tmB, ring, full0, empty0, tm, tn, KPHYS(next), rank, ps, pphase, a_tx_bytes(M)), ++next;
 #endif
                 }
                 prev = s;

@@ -311,7 +311,7 @@ def _split_k_determinism(gpu_device, layout, text):
 RED_PUSH = ["bm=128 bn=128 warps=12 stages=6 split_k=2",
             "bm=64 bn=96 warps=8 stages=10 split_k=3",
             "bm=64 bn=128 warps=4 stages=8 warp_spec=0 split_k=8",
-            "bm=64 bn=64 warps=4 stages=8 warp_spec=0 split_k=16",
+            "bm=64 bn=64 warps=4 stages=8 warp_spec=0 split_k=4",
             "bm=128 bn=256 warps=12 stages=4 subtile=2 split_k=2"]
 
 
@@ -340,3 +340,39 @@ def test_wgmma_red_push_matches_the_pull_form(gpu_device, layout, text):
         outs.append(c)
     torch.cuda.synchronize()
     assert torch.equal(outs[0], outs[1]) and torch.equal(outs[1], outs[2])
+
+
+# K_INTERLEAVE (an experiment, 2026-12-06; off in every filed kernel): slice s of a split-K loads
+# k-tiles s, s + SPLIT_K, ...: the full checker (edges, K = 1000's partial last k-tile, K slices of
+# uneven counts) and two bit-identical runs, cluster and workspace split-K, lite and cooperative.
+K_INTERLEAVE = ["bm=128 bn=128 warps=12 stages=6 split_k=2",
+                "bm=64 bn=96 warps=8 stages=10 split_k=3",
+                "bm=64 bn=128 warps=4 stages=8 warp_spec=0 split_k=8",
+                "bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=3"]
+
+
+@pytest.mark.parametrize("text", K_INTERLEAVE)
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_k_interleave(gpu_device, layout, text):
+    import torch
+    from cudal2.backends import get_backend
+    from cudal2.check import make_inputs, reference, rel_error
+    be = get_backend("cuda")
+
+    def build(p):
+        spec = validate(KernelSpec.parse(f"backend=cuda family=wgmma {text}"), p, gpu_device)
+        return be.load(be.compile_source(spec, "#define K_INTERLEAVE 1\n" + be.render(spec, p), gpu_device.arch, p.layout))
+
+    for p in (BASE.with_layout(layout), Problem(33, 384, 1000, layout)):
+        report = check_kernel(build(p), p, "cuda")
+        assert report.passed, f"{p}: " + "\n".join(r.line() for r in report.results)
+    p = Problem(256, 384, 8192, layout)
+    kernel = build(p)
+    a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(3))
+    outs = []
+    for _ in range(2):
+        c = torch.full((p.M, p.N), float("nan"), dtype=torch.float16, device="cuda")
+        kernel(a, b, c)
+        outs.append(c)
+    torch.cuda.synchronize()
+    assert rel_error(outs[0], reference(a, b, layout)) <= 5e-3 and torch.equal(outs[0], outs[1])

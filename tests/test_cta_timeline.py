@@ -349,7 +349,7 @@ def test_the_split_cases_compile_with_their_defines():
     from cudal2.spec import validate
     lines = [l for l in (ROOT / "bench" / "timeline_cases_split.txt").read_text().splitlines()
              if l.strip() and not l.startswith("#")]
-    assert sum("RED_PUSH=1" in l for l in lines) == 2 and len(lines) == 8
+    assert sum("RED_PUSH=1" in l for l in lines) == 3 and len(lines) == 10
     for line in lines:
         shape, text, defines = ct.parse_case(line)
         prob = Problem.parse(shape)
