@@ -494,7 +494,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #if LITE
                     // The slot just released takes the next k-tile (once every warpgroup let go).
                     if (threadIdx.x == 0 && next < kt1)
-                        produce(&tmA, &tmB, ring, full0, empty0, tm, tn, KPHYS(next), rank, ps, pphase, a_tx_bytes(M)), ++next;
+                        produce(&tmA, &tmB, ring, full0, empty0, tm, tn, KPHYS(next++), rank, ps, pphase, a_tx_bytes(M));
 #endif
                 }
                 prev = s;
