@@ -1,7 +1,8 @@
 """A compare run's timings as registry evidence (`cudal2 registry add-timings`): its offline medians
 join the cuBLAS entries' repeated timings (add_timings, compare_timings), and with a server guard
 (cold L2) a kernel entry that ran slower than torch.matmul becomes a cuBLAS entry (server_guard;
-offline_guard by the offline medians) and a cuBLASLt call that did is no longer dispatched there (call_guard). The rules are evidence.py's."""
+offline_guard by the offline medians) and a cuBLASLt call that did is no longer dispatched there
+(call_guard). The rules are evidence.py's."""
 from __future__ import annotations
 
 from ..problems import Problem
