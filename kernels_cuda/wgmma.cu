@@ -232,6 +232,16 @@ DEVI void unit_of(int u, int ctiles_m, int ctiles_n, int ktiles, u32 rank, int& 
 // The k-tile a slice's kt-th load reads (`split` in scope, from unit_of).
 #define KPHYS(kt) (K_INTERLEAVE ? (kt) * SPLIT_K + split : (kt))
 
+// One float4 group of a thread's fragment as fp16 pairs straight to C (guarded): y[0..1] at (row,
+// col..col+1), y[2..3] 8 rows down. The cluster split-K's store and EPI_DIRECT's.
+DEVI void store_group(u32* __restrict__ C, int M, int N, int row, int col, float y0, float y1, float y2,
+                      float y3) {
+    if (col < N) {
+        if (row < M) C[((long long)row * N + col) / 2] = pack_f16x2(y0, y1);
+        if (row + 8 < M) C[((long long)(row + 8) * N + col) / 2] = pack_f16x2(y2, y3);
+    }
+}
+
 DEVI void ring_advance(int& s, u32& phase, int n) {
     const int x = s + n;
     phase ^= (x / STAGES) & 1;
@@ -561,11 +571,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                             for (int e = 0; e < 4; ++e) y[e] += x[e];
                         }
                         const int mw = v / (NACC / 4), jn = v % (NACC / 4);
-                        const int row = row_w + mw * 64, col = tn * BN + 8 * jn + 2 * (lane % 4);
-                        if (col < N) {
-                            if (row < M) C[((long long)row * N + col) / 2] = pack_f16x2(y[0], y[1]);
-                            if (row + 8 < M) C[((long long)(row + 8) * N + col) / 2] = pack_f16x2(y[2], y[3]);
-                        }
+                        store_group(C, M, N, row_w + mw * 64, tn * BN + 8 * jn + 2 * (lane % 4), y[0], y[1], y[2], y[3]);
                     }
                     TL(TL_SUMMED, tig == 0 && c == 0 && u == cid);
                     // No exit barrier: a slice leaves once every push into it has landed (the wait
@@ -621,11 +627,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                         // Group v is acc[mw][4j..4j+3], mw = v / (NACC/4): [4j+0,1] at row lane/4,
                         // cols 8j + 2(lane%4) + {0,1}; [4j+2,3] 8 rows down.
                         const int mw = v / (NACC / 4), j = v % (NACC / 4);
-                        const int row = row_w + mw * 64, col = tn * BN + 8 * j + 2 * (lane % 4);
-                        if (col < N) {
-                            if (row < M) C[((long long)row * N + col) / 2] = pack_f16x2(y[0], y[1]);
-                            if (row + 8 < M) C[((long long)(row + 8) * N + col) / 2] = pack_f16x2(y[2], y[3]);
-                        }
+                        store_group(C, M, N, row_w + mw * 64, tn * BN + 8 * j + 2 * (lane % 4), y[0], y[1], y[2], y[3]);
                     }
                 }
                 TL(TL_SUMMED, tig == 0 && c == 0 && u == cid);
@@ -706,12 +708,8 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
                     for (int j = 0; j < NACC / 4; ++j) {
-                        const int row = rbase + mw * 64, col = tn * BN + 8 * j + 2 * (lane % 4);
-                        if (col < N) {
-                            if (row < M) C[((long long)row * N + col) / 2] = pack_f16x2(acc[mw][4 * j], acc[mw][4 * j + 1]);
-                            if (row + 8 < M)
-                                C[((long long)(row + 8) * N + col) / 2] = pack_f16x2(acc[mw][4 * j + 2], acc[mw][4 * j + 3]);
-                        }
+                        store_group(C, M, N, rbase + mw * 64, tn * BN + 8 * j + 2 * (lane % 4), acc[mw][4 * j],
+                                    acc[mw][4 * j + 1], acc[mw][4 * j + 2], acc[mw][4 * j + 3]);
                     }
                 TL(TL_STORE, tig == 0 && c == 0 && u == cid);
                 continue;

@@ -315,30 +315,43 @@ RED_PUSH = ["bm=128 bn=128 warps=12 stages=6 split_k=2",
             "bm=128 bn=256 warps=12 stages=4 subtile=2 split_k=2"]
 
 
-@pytest.mark.parametrize("text", RED_PUSH)
-@pytest.mark.parametrize("layout", ["nn", "nt"])
-def test_wgmma_red_push_matches_the_pull_form(gpu_device, layout, text):
-    import torch
+def _build_with(text, p, device, defines=""):
+    """The wgmma spec `text` for p, built with `defines` (#define lines) ahead of its source."""
     from cudal2.backends import get_backend
-    from cudal2.check import make_inputs
     be = get_backend("cuda")
+    spec = validate(KernelSpec.parse(f"backend=cuda family=wgmma {text}"), p, device)
+    return be.load(be.compile_source(spec, defines + be.render(spec, p), device.arch, p.layout))
 
-    def build(p, push):
-        spec = validate(KernelSpec.parse(f"backend=cuda family=wgmma {text}"), p, gpu_device)
-        src = ("#define RED_PUSH 1\n" if push else "") + be.render(spec, p)
-        return be.load(be.compile_source(spec, src, gpu_device.arch, p.layout))
 
+def _passes_with(text, layout, device, defines):
+    """The full checker (its edges off the tile grid) at 512³ and at 33x384x1000 (a partial k-tile)."""
     for p in (BASE.with_layout(layout), Problem(33, 384, 1000, layout)):
-        report = check_kernel(build(p, True), p, "cuda")
+        report = check_kernel(_build_with(text, p, device, defines), p, "cuda")
         assert report.passed, f"{p}: " + "\n".join(r.line() for r in report.results)
-    p = Problem(256, 384, 8192, layout)
+
+
+def _outputs(kernels, p):
+    """C of each kernel at p (a starved deep-K shape in these tests), on the same inputs."""
+    import torch
+    from cudal2.check import make_inputs
     a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(3))
     outs = []
-    for kernel in (build(p, False), build(p, True), build(p, True)):
+    for kernel in kernels:
         c = torch.full((p.M, p.N), float("nan"), dtype=torch.float16, device="cuda")
         kernel(a, b, c)
         outs.append(c)
     torch.cuda.synchronize()
+    return a, b, outs
+
+
+@pytest.mark.parametrize("text", RED_PUSH)
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_red_push_matches_the_pull_form(gpu_device, layout, text):
+    import torch
+    _passes_with(text, layout, gpu_device, "#define RED_PUSH 1\n")
+    p = Problem(256, 384, 8192, layout)
+    push = _build_with(text, p, gpu_device, "#define RED_PUSH 1\n")
+    _, _, outs = _outputs([_build_with(text, p, gpu_device), push, push], p)
     assert torch.equal(outs[0], outs[1]) and torch.equal(outs[1], outs[2])
 
 
@@ -355,24 +368,9 @@ K_INTERLEAVE = ["bm=128 bn=128 warps=12 stages=6 split_k=2",
 @pytest.mark.parametrize("layout", ["nn", "nt"])
 def test_wgmma_k_interleave(gpu_device, layout, text):
     import torch
-    from cudal2.backends import get_backend
-    from cudal2.check import make_inputs, reference, rel_error
-    be = get_backend("cuda")
-
-    def build(p):
-        spec = validate(KernelSpec.parse(f"backend=cuda family=wgmma {text}"), p, gpu_device)
-        return be.load(be.compile_source(spec, "#define K_INTERLEAVE 1\n" + be.render(spec, p), gpu_device.arch, p.layout))
-
-    for p in (BASE.with_layout(layout), Problem(33, 384, 1000, layout)):
-        report = check_kernel(build(p), p, "cuda")
-        assert report.passed, f"{p}: " + "\n".join(r.line() for r in report.results)
+    from cudal2.check import reference, rel_error
+    _passes_with(text, layout, gpu_device, "#define K_INTERLEAVE 1\n")
     p = Problem(256, 384, 8192, layout)
-    kernel = build(p)
-    a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(3))
-    outs = []
-    for _ in range(2):
-        c = torch.full((p.M, p.N), float("nan"), dtype=torch.float16, device="cuda")
-        kernel(a, b, c)
-        outs.append(c)
-    torch.cuda.synchronize()
+    kernel = _build_with(text, p, gpu_device, "#define K_INTERLEAVE 1\n")
+    a, b, outs = _outputs([kernel, kernel], p)
     assert rel_error(outs[0], reference(a, b, layout)) <= 5e-3 and torch.equal(outs[0], outs[1])
