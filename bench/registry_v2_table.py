@@ -17,8 +17,8 @@ beside its figures (a compare of part of a set is the figure of that part, not o
 Which kernel won (backend, family): a compare row names the spec it timed (`cudal2_spec`, compares
 from 2026-12-05 on); an older row is attributed through --index, the registry index the compare
 dispatched from or a later one: the entry at the row's shape and layout if it is a kernel, or the
-spec a server guard re-filed it from (`times.best_kernel_spec` of a cuBLAS entry whose
-`times.refiled` says server). An entry filed after the compare's last run is not attributed (it
+spec a server or offline guard re-filed it from (`times.best_kernel_spec` of a cuBLAS entry whose
+`times.refiled` says server or offline). An entry filed after the compare's last run is not attributed (it
 may be another kernel than the one timed); such rows are counted as "unattributed". A compare
 without run stamps (one `cudal2 compare` run) is attributed by the index as it is, and says so.
 Writes registry_v2_table.md and .json under --out.
@@ -108,7 +108,7 @@ def attribute(rows: list[dict], index: dict, last_run: float | None) -> dict[str
                 times = e.get("times") or {}
                 if e.get("backend") != "cublas":
                     spec = e.get("spec")
-                elif str(times.get("refiled", "")).startswith("server"):
+                elif str(times.get("refiled", "")).startswith(("server", "offline")):
                     spec = times.get("best_kernel_spec")
         words = dict(w.split("=", 1) for w in str(spec or "").split() if "=" in w)
         out[key] = f"{words['backend']}/{words['family']}" if {"backend", "family"} <= set(words) \

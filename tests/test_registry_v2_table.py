@@ -81,6 +81,9 @@ def test_attribution_from_the_row_the_index_and_the_guard():
                      f"{s2.shape}:nt": "cuda/wgmma", f"{s3.shape}:nt": "unattributed"}
     # without run stamps the index is read as it is
     assert t.attribute(rows, index, last_run=None)[f"{s3.shape}:nt"] == "cuda/wgmma"
+    # the offline guard's re-file names its kernel the same way (2026-12-06)
+    offline = {**index, f"{s2.shape}:nt": _entry("cublas", refiled="offline 0.8583x", best_kernel_spec=WGMMA)}
+    assert t.attribute(rows, offline, last_run=200.0)[f"{s2.shape}:nt"] == "cuda/wgmma"
     off = t.set_figures(rows, kinds)["all"]["offline"]
     # won: 64^3 (1.25x, tiled), s2 and s3 (5/4.5); K lost (0.8x)
     assert off["wins_by_kind"] == {"cuda/wgmma": 1, "triton/tiled": 1, "unattributed": 1}
