@@ -139,7 +139,7 @@ def file_winners(registry, src, from_key: str, compare: dict, margin: float = 1.
         if why is None and old is not None and lost_cold(old, e.spec):
             # two cold timings that disagree about the guard: the one that failed it stands, as
             # for a re-search (record.lost_cold)
-            why = f"the server guard took this kernel out on {to_key} ({old.times.get('refiled')})"
+            why = f"a guard took this kernel out on {to_key} ({old.times.get('refiled')})"
         if why is not None:
             skipped[p] = why
             continue
