@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Issue 19, one device call (2026-12-06): where the cluster split-K's time goes (bench/cta_timeline.py
 # over bench/timeline_cases_split.txt: mainloop full -> mma, partials visible -> partial, sums stored
-# -> summed, the exit barrier -> reduce; the split's work a CTA without / with a 2-CTA cluster; the
-# push form RED_PUSH=1 beside the pull form, after its GPU test).
+# -> summed, the exit barrier -> reduce; the split's work a CTA without / with a 2-CTA cluster).
 # On an H200 also issue 22's retime (bench/worst_rows.py's lists, two compares each: what
 # `cudal2 registry add-timings --offline-guard` reads) and issue 19's Nsight profiles of ours against
 # cuBLASLt's kernel at the issue's three shapes (H100 run 100 has them for the H100). Time-boxed.
@@ -12,10 +11,6 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
 W="backend=cuda family=wgmma bk=64 group_m=8 cluster=1"
-# RED_PUSH (the push form of the reduction) under the checker and bit-identical to the pull form
-# first: a hang there is cut by pytest-timeout before the timeline runs its cases.
-timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 60 -rfE tests/test_backends_gpu.py \
-  -k "red_push or k_interleave" >"$OUT/gpu_tests.txt" 2>&1; tail -6 "$OUT/gpu_tests.txt"
 timeout 200 python3 bench/cta_timeline.py --out "$OUT" --cases bench/timeline_cases_split.txt --before 0 --repeat 2 2>&1 | tail -16
 if [ "${CARD_KEY:-}" = h200-sm90 ]; then
   rt=$(mktemp -d)

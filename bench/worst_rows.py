@@ -4,41 +4,32 @@ them (issue 22's bar: no dispatch slower than torch.matmul beyond noise; worst s
 
     python3 bench/worst_rows.py COMPARE.json[.gz] [...] --offline 1.0 --server 0.99 --out FILE
 
-A row is listed when cudal2 dispatched to a kernel there (`cudal2_via` == "kernel") and its offline
-median ratio torch/cudal2 is under --offline or its server mean ratio under --server. One shape a
-line, the layout of each compare's config (every input must share one layout: `cudal2 compare
+A row is listed when cudal2 dispatched to a kernel there and its offline median ratio torch/cudal2
+is under --offline or its server mean ratio under --server: the rows `add-timings`' guards judge
+(cudal2.registry.timings). One shape a line; the rows must share one layout (`cudal2 compare
 --layout` takes one). Prints each listed row with its two ratios.
 """
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import sys
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
 
-def load(path: Path) -> dict:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return json.load(f)
-
-
-def ratio(row: dict, mode: str, stat: str) -> float | None:
-    k, t = row.get(f"{mode}_cudal2_{stat}_us"), row.get(f"{mode}_torch_{stat}_us")
-    return t / k if k and t else None
+from cudal2.registry.timings import offline_kernel_timings, server_timings  # noqa: E402
+from cudal2.report import load_json  # noqa: E402
 
 
-def worst(rows, offline: float, server: float) -> list[tuple[str, float | None, float | None]]:
-    """(MxNxK, offline ratio, server ratio) of the kernel rows under either bar, worst first."""
-    out = []
-    for r in rows:
-        if r.get("cudal2_via") != "kernel":
-            continue
-        off, srv = ratio(r, "offline", "median"), ratio(r, "server", "mean")
-        if (off is not None and off < offline) or (srv is not None and srv < server):
-            out.append((f"{r['M']}x{r['N']}x{r['K']}", off, srv))
-    return sorted(out, key=lambda x: min(v for v in x[1:] if v is not None))
+def worst(compare: dict, offline: float, server: float) -> list[tuple[str, float | None, float | None]]:
+    """(problem text, offline ratio, server ratio) of the kernel rows under either bar, worst first:
+    the rows the guards judge (cudal2.registry.timings), as torch.matmul's time over cudal2's."""
+    off = {p: t["torch"] / t["cudal2"] for p, t in offline_kernel_timings(compare).items()}
+    srv = {p: t["torch"] / t["cudal2"] for p, t in server_timings(compare).items()}
+    out = [(p, off.get(p), srv.get(p)) for p in off.keys() | srv.keys()
+           if off.get(p, offline) < offline or srv.get(p, server) < server]
+    return sorted(out, key=lambda x: (min(v for v in x[1:] if v is not None), x[0]))
 
 
 def main(argv=None) -> int:
@@ -48,18 +39,17 @@ def main(argv=None) -> int:
     ap.add_argument("--server", type=float, default=0.99, help="list rows under this server ratio to torch.matmul")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
-    layouts, shapes = set(), {}
-    for p in a.compares:
-        d = load(p)
-        layouts |= {d.get("config", {}).get("layout")} - {None} or {r.get("layout") for r in d.get("rows", [])}
-        for s, off, srv in worst(d.get("rows", []), a.offline, a.server):
-            shapes.setdefault(s, (off, srv))
-            print(f"{p.name}  {s:>20}  offline {off or float('nan'):.3f}  server {srv or float('nan'):.3f}")
-    if len(layouts) != 1:
-        print(f"the compares have layouts {sorted(map(str, layouts))}: give one layout's", file=sys.stderr)
+    shapes: dict[str, None] = {}
+    for path in a.compares:
+        for p, off, srv in worst(load_json(path), a.offline, a.server):
+            shapes.setdefault(p)
+            print(f"{path.name}  {p:>22}  offline {off or float('nan'):.3f}  server {srv or float('nan'):.3f}")
+    layouts = {p.split(":")[1] for p in shapes}
+    if len(layouts) > 1:
+        print(f"the rows have layouts {sorted(layouts)}: give one layout's compares", file=sys.stderr)
         return 2
-    a.out.write_text("".join(f"{s}\n" for s in shapes))
-    print(f"{len(shapes)} shapes ({layouts.pop()}) -> {a.out}")
+    a.out.write_text("".join(f"{p.split(':')[0]}\n" for p in shapes))
+    print(f"{len(shapes)} shapes ({''.join(layouts) or 'none'}) -> {a.out}")
     return 0
 
 

@@ -118,20 +118,6 @@ DEVI void ld_dsmem_f4(u32 addr, u32 cta, float* x) {
     asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
                  : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(remote) : "memory");
 }
-// 16 bytes into smem offset `addr` of CTA `cta` of the cluster, as an asynchronous store whose
-// arrival completes 16 bytes of the transaction count of the barrier at offset `bar` there.
-DEVI void st_async_f4(u32 addr, u32 cta, const float* x, u32 bar) {
-    u32 ra, rb;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(addr), "r"(cta));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(bar), "r"(cta));
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
-                 :: "r"(ra), "r"(__float_as_uint(x[0])), "r"(__float_as_uint(x[1])), "r"(__float_as_uint(x[2])),
-                    "r"(__float_as_uint(x[3])), "r"(rb) : "memory");
-}
-DEVI void ld_shared_f4(u32 addr, float* x) {
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(addr) : "memory");
-}
 // Every thread of every CTA in the cluster: smem writes before it are visible to loads after it.
 DEVI void cluster_barrier() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");

@@ -50,9 +50,6 @@
 // rows >= M keep stale values, which reach only C rows >= M, never stored. The launcher sees the
 // module's `cudal2_a_trim` symbol and encodes A's map with the same height (backends/cuda_launch.py);
 // single-CTA A loads only (a 2-CTA cluster loads A in halves). Define any of them 0 / 1 for the old code.
-// RED_PUSH (off, 0): the cluster split-K's slices push the groups another slice sums (st.async into
-// its ring) in place of loading them remotely; the same sums in the same order (an experiment of
-// 2026-12-06: bench/split_probe.sh times it beside the pull form).
 // EARLY_LOAD (off, 0): the lite schedule's first loads issued before the block-wide barrier (0.98x
 // over 13, 7 slower: stays off). EPI_DIRECT (off, 0): the epilogue stores each thread's fp16 pairs
 // from its accumulators with guarded 4-byte stores, as the cluster split-K does, in place of
@@ -119,12 +116,6 @@
 #endif
 #ifndef RED_CHUNK
 #define RED_CHUNK 64    // cluster split-K: float4 groups whose remote loads fly together (see there)
-#endif
-#ifndef K_INTERLEAVE
-#define K_INTERLEAVE 0  // split-K: slice s takes k-tiles s, s + SPLIT_K, ... (see unit_of)
-#endif
-#ifndef RED_PUSH
-#define RED_PUSH 0      // cluster split-K: slices push (st.async) the groups others sum (see there)
 #endif
 #ifndef EXIT_RELAXED
 #define EXIT_RELAXED 1  // cluster split-K: the last cluster barrier without a release (see there)
@@ -217,20 +208,9 @@ DEVI void unit_of(int u, int ctiles_m, int ctiles_n, int ktiles, u32 rank, int& 
     tm = cm * CLUSTER + rank;
     tn = cn;
 #endif
-#if K_INTERLEAVE
-    // An experiment (off in every filed kernel): slice s loads k-tiles s, s + SPLIT_K, ... (KPHYS),
-    // so a cluster's slices read neighbouring 128-byte chunks of the same rows at any moment where
-    // the contiguous split has them SPLIT_K regions apart. H100 run 101: the contiguous split ran
-    // 443-457 ns a 128x128x64 k-tile at K 8064-12288 where the same CTA without a split ran 331.
-    kt0 = 0;
-    kt1 = (ktiles - split + SPLIT_K - 1) / SPLIT_K;
-#else
     kt0 = split * ktiles / SPLIT_K;
     kt1 = (split + 1) * ktiles / SPLIT_K;
-#endif
 }
-// The k-tile a slice's kt-th load reads (`split` in scope, from unit_of).
-#define KPHYS(kt) (K_INTERLEAVE ? (kt) * SPLIT_K + split : (kt))
 
 // One float4 group of a thread's fragment as fp16 pairs straight to C (guarded): y[0..1] at (row,
 // col..col+1), y[2..3] 8 rows down. The cluster split-K's store and EPI_DIRECT's.
@@ -318,9 +298,6 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
     __shared__ __align__(8) u64 empty_bar[STAGES];
     __shared__ int last_flag[CONSUMERS];
     __shared__ __align__(8) u64 turn_bar[2];    // PINGPONG: whose mainloop is next
-#if CSPLIT && RED_PUSH
-    __shared__ __align__(8) u64 recv_bar;       // the other slices' pushed groups have landed
-#endif
     // 128-byte swizzle atoms repeat every 1024 B; the descriptors assume 1024-aligned tiles.
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const u32 epi = ring + STAGES * STAGE_BYTES;          // CONSUMERS staging tiles, 1024-aligned
@@ -352,9 +329,6 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
         }
         mbar_init(smem_u32(&turn_bar[0]), 1);
         mbar_init(smem_u32(&turn_bar[1]), 1);
-#if CSPLIT && RED_PUSH
-        mbar_init(smem_u32(&recv_bar), 1);
-#endif
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #if LITE && EARLY_LOAD
         {
@@ -368,7 +342,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             unit_of(blockIdx.x, tm_, tn_, (K + BK - 1) / BK, 0, tm, tn, split, kt0, kt1);
             TL(TL_PRODUCE, true);
             for (early_next = kt0; early_next < kt1 && early_next < kt0 + STAGES; ++early_next)
-                produce(&tmA, &tmB, ring, full0, empty0, tm, tn, KPHYS(early_next), 0, ps, pphase, a_tx_bytes(M));
+                produce(&tmA, &tmB, ring, full0, empty0, tm, tn, early_next, 0, ps, pphase, a_tx_bytes(M));
             TL(TL_LOAD, true);
         }
 #endif
@@ -397,7 +371,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 unit_of(u, ctiles_m, ctiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
                 for (int kt = kt0; kt < kt1; ++kt) {
                     TL(TL_PRODUCE, u == cid && kt == kt0);
-                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, KPHYS(kt), rank, s, phase, a_tx_bytes(M));
+                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt, rank, s, phase, a_tx_bytes(M));
                     TL(TL_LOAD, u == cid && kt == kt0);
                 }
             }
@@ -445,8 +419,8 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 TL(TL_PRODUCE, threadIdx.x == 0 && u == cid);
                 for (int i = 0; i < kt1 - kt0; ++i) {
                     const u32 sa = ring + ((s + i) % STAGES) * STAGE_BYTES;
-                    cp_tile(sa, Ag, tm * BM, BM, M, KPHYS(kt0 + i) * 64, K);
-                    cp_tile(sa + A_BYTES, Bg, tn * BN, BN, N, KPHYS(kt0 + i) * 64, K);
+                    cp_tile(sa, Ag, tm * BM, BM, M, (kt0 + i) * 64, K);
+                    cp_tile(sa + A_BYTES, Bg, tn * BN, BN, N, (kt0 + i) * 64, K);
                 }
                 next = kt1;                             // nothing left for thread 0 to refill
                 asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
@@ -464,7 +438,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             if (threadIdx.x == 0) {
                 TL(TL_PRODUCE, u == cid);
                 for (; next < kt1 && next < kt0 + STAGES; ++next)
-                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, KPHYS(next), rank, ps, pphase, a_tx_bytes(M));
+                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next, rank, ps, pphase, a_tx_bytes(M));
             }
 #if !EARLY_LOAD
             TL(TL_LOAD, threadIdx.x == 0 && u == cid);
@@ -504,7 +478,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #if LITE
                     // The slot just released takes the next k-tile (once every warpgroup let go).
                     if (threadIdx.x == 0 && next < kt1)
-                        produce(&tmA, &tmB, ring, full0, empty0, tm, tn, KPHYS(next++), rank, ps, pphase, a_tx_bytes(M));
+                        produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next++, rank, ps, pphase, a_tx_bytes(M));
 #endif
                 }
                 prev = s;
@@ -527,59 +501,6 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 // load issued was consumed) and the producer warpgroup has exited: the cluster
                 // barriers wait for non-exited threads only.
                 constexpr int VPS = (NV + SPLIT_K - 1) / SPLIT_K;
-#if RED_PUSH
-                // An experiment (off in every filed kernel until a card measures it; H100 run 100
-                // put the pull form's reduction at 3.3 µs after the later slice's MMAs for a 128x128
-                // tile split 2): each slice pushes the groups another slice sums straight from its
-                // registers into that slice's ring (st.async, counted by its recv_bar) and keeps its
-                // own in its ring, so no remote load waits a DSMEM round trip and no slice waits for
-                // another after. The receive slots are [source slice][group of the range][thread];
-                // the sums run in slice order 0..SPLIT_K-1 as in the pull form (bit-identical).
-                {
-                    constexpr int CT = CONSUMERS * 128;
-                    static_assert(SPLIT_K * VPS * CT * 16 <= STAGES * STAGE_BYTES + CONSUMERS * EPI_BYTES,
-                                  "RED_PUSH: the receive slots outgrow the ring and staging");
-                    const int ctid = c * 128 + tig;
-                    const u32 rbar = smem_u32(&recv_bar);
-                    const int n_mine = NV - split * VPS < VPS ? NV - split * VPS : VPS;
-#if CONSUMERS > 1
-                    asm volatile("bar.sync 8, %0;" :: "n"(CONSUMERS * 128) : "memory");
-#endif
-                    if (ctid == 0) mbar_expect_tx(rbar, (u32)((SPLIT_K - 1) * (n_mine > 0 ? n_mine : 0) * CT * 16));
-                    cluster_barrier();       // every slice's MMAs are done: its ring may receive
-#pragma unroll
-                    for (int v = 0; v < NV; ++v) {
-                        const int d = v / VPS, j = v % VPS;
-                        const float* a = &acc[(4 * v) / NACC][(4 * v) % NACC];
-                        const u32 slot = ring + (u32)(((split * VPS + j) * CT + ctid) * 16);
-                        if (d == split) st_shared_f4(slot, a[0], a[1], a[2], a[3]);
-                        else st_async_f4(slot, (u32)d, a, rbar);
-                    }
-                    mbar_wait(rbar, 0);      // one unit a CTA: the barrier's first phase
-                    TL(TL_PARTIAL, tig == 0 && c == 0 && u == cid);
-                    const int row_w = tm * BM + c * CROWS + warp * 16 + lane / 4;
-#pragma unroll
-                    for (int j = 0; j < VPS; ++j) {
-                        const int v = split * VPS + j;
-                        if (v >= NV) break;
-                        float y[4], x[4];
-                        ld_shared_f4(ring + (u32)((j * CT + ctid) * 16), y);
-#pragma unroll
-                        for (int sp = 1; sp < SPLIT_K; ++sp) {
-                            ld_shared_f4(ring + (u32)(((sp * VPS + j) * CT + ctid) * 16), x);
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) y[e] += x[e];
-                        }
-                        const int mw = v / (NACC / 4), jn = v % (NACC / 4);
-                        store_group(C, M, N, row_w + mw * 64, tn * BN + 8 * jn + 2 * (lane % 4), y[0], y[1], y[2], y[3]);
-                    }
-                    TL(TL_SUMMED, tig == 0 && c == 0 && u == cid);
-                    // No exit barrier: a slice leaves once every push into it has landed (the wait
-                    // above), and its own pushes carry their data, not a reference to its smem.
-                    TL(TL_REDUCE, tig == 0 && c == 0 && u == cid);
-                    continue;
-                }
-#endif
                 const u32 red = ring + (u32)c * (NV * 128 * 16);
 #if CONSUMERS > 1
                 // the other warpgroup's MMAs may still read the ring (consumer threads only)

@@ -446,25 +446,3 @@ def test_unchecked_launch_derives_the_problem_like_the_checked_one(layout, monke
     assert seen == [(M, N, K, 99)]
     with pytest.raises(ValueError, match="on the GPU"):     # the checked path refuses CPU tensors
         k(a, b, c)
-
-
-@pytest.mark.parametrize("text,layout", [
-    ("family=wgmma bm=128 bn=128 bk=64 warps=12 stages=6 split_k=2", "nt"),
-    ("family=wgmma bm=64 bn=96 bk=64 warps=8 stages=10 split_k=3", "nn"),
-    ("family=wgmma bm=64 bn=64 bk=64 warps=4 stages=8 warp_spec=0 split_k=16", "nt"),
-    ("family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 subtile=2 split_k=2", "nt"),
-])
-def test_red_push_stores_asynchronously_without_spilling(backend, hopper, sass, text, layout):
-    """RED_PUSH=1 (the cluster split-K's push form, an experiment): the groups another slice sums
-    leave as st.async (STAS) and complete on its mbarrier; no remote loads (LD of shared::cluster),
-    no local memory, across cooperative and lite, split 2-16 and 128 accumulators a thread."""
-    spec = _spec(text)
-    p = Problem(512, 512, 4096, layout)
-    art = backend.compile_source(spec, "#define RED_PUSH 1\n" + backend.render(spec, p), hopper.arch, layout)
-    assert art.meta["spills_bytes"] == 0 and art.meta["stack_bytes"] == 0
-    code = sass(art.binary)
-    assert "STAS.128" in code and "SYNCS.PHASECHK" in code
-    for op in ("LDL", "STL"):
-        assert f" {op}" not in code and f"\t{op}" not in code
-    pull = sass(backend.compile(spec, p, hopper).binary)
-    assert "STAS" not in pull                        # the filed form is untouched: it loads remotely

@@ -20,8 +20,8 @@ def test_lists_kernel_rows_under_either_bar_worst_first(tmp_path, capsys):
             _row(64, 64, 64, "kernel", 1.10, 1.00),            # wins both: not listed
             _row(128, 128, 128, "torch", 0.80, 0.80),          # cuBLAS dispatch: not the kernel's
             _row(512, 512, 512, "kernel", 0.999, 0.995)]       # under 1.0 offline by a hair: listed
-    got = wr.worst(rows, 1.0, 0.99)
-    assert [s for s, *_ in got] == ["2048x256x16384", "256x4096x1024", "512x512x512"]
+    got = wr.worst({"rows": rows}, 1.0, 0.99)
+    assert [s for s, *_ in got] == ["2048x256x16384:nn", "256x4096x1024:nn", "512x512x512:nn"]
     assert abs(got[0][1] - 0.858) < 1e-9 and abs(got[1][2] - 0.970) < 1e-9
     p = tmp_path / "c.json.gz"
     with gzip.open(p, "wt") as f:
