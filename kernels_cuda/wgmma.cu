@@ -93,8 +93,10 @@
 #ifndef KSHARED
 #define KSHARED 0
 #endif
-#if KSHARED && (CONSUMERS != 2 || SUBTILE != 2 || SPLIT_K != 1 || CLUSTER != 1 || LITE || PINGPONG || STAGES % 2)
-#error "KSHARED: two consumer warpgroups, SUBTILE 2, an even ring, no split-K, cluster, lite or ping-pong"
+// KSHARED: a warpgroup releases a slot once its next k-tile's MMAs are issued, so it needs two of
+// its own (STAGES >= 4): with one each, both wait for the refill of the slot they hold.
+#if KSHARED && (CONSUMERS != 2 || SUBTILE != 2 || SPLIT_K != 1 || CLUSTER != 1 || LITE || PINGPONG || STAGES % 2 || STAGES < 4)
+#error "KSHARED: two consumer warpgroups, SUBTILE 2, an even ring of 4 or more, no split-K, cluster, lite or ping-pong"
 #endif
 #if PINGPONG || KSHARED
 #define CROWS BM                          // output rows a consumer warpgroup owns per unit

@@ -310,11 +310,11 @@ def _split_k_determinism(gpu_device, layout, text):
 # (16 k-tiles) and a persistent one with many units a CTA and an odd k-tile count a unit (K = 904:
 # 15), so the slot parity each warpgroup starts a unit on alternates; then two bit-identical runs
 # and two streams. bn 96 at bk 32 (48-column halves: 16-column store boxes; nn: 32-column B boxes),
-# 128x128 (two m64 sub-tiles a warpgroup), 64x256 (128 accumulators), bk 128.
+# 128x128 (two m64 sub-tiles a warpgroup), 64x192 (96 accumulators; 64x256 holds no 4-stage ring), bk 128.
 KSHARED = ["bm=64 bn=128 warps=12 stages=6 subtile=2 warp_spec=3",
            "bm=64 bn=96 bk=32 warps=12 stages=10 subtile=2 warp_spec=3",
-           "bm=128 bn=128 warps=12 stages=2 subtile=2 warp_spec=3",
-           "bm=64 bn=256 warps=12 stages=2 subtile=2 warp_spec=3",
+           "bm=128 bn=128 warps=12 stages=4 subtile=2 warp_spec=3",
+           "bm=64 bn=192 warps=12 stages=4 subtile=2 warp_spec=3",
            "bm=64 bn=64 bk=128 warps=12 stages=4 subtile=2 warp_spec=3"]
 
 

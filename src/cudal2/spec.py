@@ -509,12 +509,16 @@ def _tma_align(s, p, d):
 def _kshared(s, p, d):
     # K-shared consumers (kernels_cuda/wgmma.cu KSHARED): a slot belongs to one warpgroup for good
     # (slot parity = k-tile parity, so its full barrier is waited on by one warpgroup, phase by
-    # phase: an even ring); each stores one column half (the epilogue's two subtiles); no split
+    # phase: an even ring of at least 4); each stores one column half (the epilogue's two subtiles); no split
     # or cluster beside them.
     if s["family"] != "wgmma" or s["warp_spec"] != WGMMA_KSHARED:
         return None
-    if s["stages"] % 2:
-        return f"warp_spec=3 (K-shared) gives each consumer alternate ring slots: stages must be even, got {s['stages']}"
+    # Each warpgroup releases a slot once its next k-tile's MMAs are issued, so it needs two slots
+    # of its own: with stages=2 (one each) both waited for a refill of the slot they held (the
+    # 128x128 GPU test hung on an H100, run 109).
+    if s["stages"] % 2 or s["stages"] < 4:
+        return (f"warp_spec=3 (K-shared) gives each consumer alternate ring slots, two at least: stages "
+                f"must be even and >= 4, got {s['stages']}")
     if s["subtile"] != 2:
         return "warp_spec=3 (K-shared) stores one column half per consumer: subtile=2"
     if s["split_k"] != 1:
