@@ -3,7 +3,7 @@
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
-# retime:NAME:LAYOUT[:PASSES] kshared[:SECONDS].
+# retime:NAME:LAYOUT[:PASSES].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -129,20 +129,6 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         [ $rc = 0 ] || break           # cut short by the time box: the next call resumes this pass
       done
       tar czf "$OUT/cublas_ev.tgz" run/cublas_ev ;;
-    kshared|kshared:*)
-      # kshared[:SECONDS] (default 240): issue 19's K-shared consumers (wgmma warp_spec 3). Their GPU
-      # tests (the full checker, both layouts, off the tile grid; two bit-identical runs), the
-      # CTA timeline beside the one-consumer kernel (bench/timeline_cases_kshared.txt), then each
-      # one-consumer wgmma spec of this card's registry (starved, mid, shortK) against its K-shared
-      # twin and the entry's best-cublas call (bench/kshared_sweep.py).
-      secs=240; [ "$stage" != kshared ] && secs=${stage#kshared:}
-      timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 100 -rfE \
-        tests/test_backends_gpu.py -k kshared >"$OUT/gpu_tests_kshared.txt" 2>&1; tail -8 "$OUT/gpu_tests_kshared.txt"
-      if grep -q " passed" "$OUT/gpu_tests_kshared.txt" && ! grep -q "failed" "$OUT/gpu_tests_kshared.txt"; then
-        timeout 90 python3 bench/cta_timeline.py --out "$OUT" --cases bench/timeline_cases_kshared.txt --before 20 \
-          --repeat 2 2>&1 | tail -6
-        timeout $((secs + 60)) python3 bench/kshared_sweep.py --out "$OUT" --max-seconds "$secs" 2>&1 | tail -14
-      else echo "kshared: GPU tests did not pass; no timing"; fi ;;
     retime:*)
       # retime:NAME:LAYOUT[:PASSES] (default 2): the registry's dispatch at bench/NAME.txt's shapes
       # (bench/worst_rows.py: the rows a compare on record saw a kernel lose to torch.matmul) beside

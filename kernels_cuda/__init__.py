@@ -54,8 +54,6 @@ def defines(spec: KernelSpec, layout: str) -> dict[str, int]:
     if spec.family == "wgmma":
         d["CONSUMERS"] = spec.consumers
         d["PINGPONG"] = int(spec.pingpong)
-        if spec.kshared:              # only where on: the other kernels' sources stay as filed
-            d["KSHARED"] = 1
         d["LITE"] = int(spec.warp_spec == 0)
         d["SUBTILE"] = spec.subtile
         d["EPI_COLS"] = spec.epi_cols

@@ -111,9 +111,6 @@ template <int N> DEVI void wgmma_wait() { asm volatile("wgmma.wait_group.sync.al
 DEVI void st_shared_f4(u32 addr, float a, float b, float c, float d) {
     asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
-DEVI void ld_shared_f4(u32 addr, float* x) {
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(addr) : "memory");
-}
 // 16 bytes at smem offset `addr` of CTA `cta` of the cluster.
 DEVI void ld_dsmem_f4(u32 addr, u32 cta, float* x) {
     u32 remote;

@@ -13,13 +13,6 @@
 //                    PINGPONG=0 (cooperative): the C warpgroups split each tile's rows.
 //                    PINGPONG=1: two warpgroups take alternate work units, whole tiles each, so one
 //                    runs its epilogue while the other runs MMAs.
-//                    KSHARED=1: two warpgroups hold the whole tile each and take the ring's
-//                    alternate slots (an even ring: slot parity is k-tile parity, so one warpgroup
-//                    owns a slot's full barrier for good), two MMA chains where a tile one
-//                    warpgroup tall would run one; then each hands the other its partial of the
-//                    other's column half through shared memory (a buffer of its own: the ring is
-//                    busy with the next unit), adds the other's partial of its own half (one order,
-//                    bit-identical) and stores that half (the epilogue's subtile h = its index).
 //   epilogue         accumulators -> swizzled smem staging (stmatrix, conflict-free) -> TMA
 //                    store (cp.async.bulk.tensor global <- shared), committed as a bulk group and
 //                    left in flight: the warpgroup goes straight on to the next unit's MMAs and only
@@ -44,7 +37,7 @@
 // N-major and wgmma reads it through the transpose bit, in TMA boxes of NN_COLS columns (64, 32 or
 // 16: the largest dividing BN) swizzled across their 128/64/32-byte rows (hopper.cuh).
 // Knobs (macros): BM BN BK (32, 64 or 128 k-columns per ring stage: one 64-byte-swizzle atom, one or
-//                 two 128-byte ones; hopper.cuh) WARPS CONSUMERS PINGPONG KSHARED LITE STAGES GROUP_M CLUSTER
+//                 two 128-byte ones; hopper.cuh) WARPS CONSUMERS PINGPONG LITE STAGES GROUP_M CLUSTER
 //                 MC_A SPLIT_K LAYOUT_NT SUBTILE EPI_COLS (TMA-store box width: 64, 32 or 16 columns, the largest
 //                 dividing BN / SUBTILE) NN_COLS (nn: B's TMA box width, likewise of BN).
 // The PTX wrappers it calls (mbarrier, TMA, stmatrix, wgmma, DSMEM) are in hopper.cuh.
@@ -90,15 +83,7 @@
 #define A_BYTES (BM * BK * 2)
 #define B_BYTES (BN * BK * 2)
 #define STAGE_BYTES (A_BYTES + B_BYTES)
-#ifndef KSHARED
-#define KSHARED 0
-#endif
-// KSHARED: a warpgroup releases a slot once its next k-tile's MMAs are issued, so it needs two of
-// its own (STAGES >= 4): with one each, both wait for the refill of the slot they hold.
-#if KSHARED && (CONSUMERS != 2 || SUBTILE != 2 || SPLIT_K != 1 || CLUSTER != 1 || LITE || PINGPONG || STAGES % 2 || STAGES < 4)
-#error "KSHARED: two consumer warpgroups, SUBTILE 2, an even ring of 4 or more, no split-K, cluster, lite or ping-pong"
-#endif
-#if PINGPONG || KSHARED
+#if PINGPONG
 #define CROWS BM                          // output rows a consumer warpgroup owns per unit
 #else
 #define CROWS (BM / CONSUMERS)
@@ -112,7 +97,7 @@
 // TMA swizzle of the staging box (128/64/32-byte rows): 16-byte chunk bits [4, 4+b) ^= bits [7, 7+b).
 #define EPI_SWZ (EPI_COLS == 64 ? 7 : (EPI_COLS == 32 ? 3 : 1))
 #define RCH 8                             // split-K reduction: float4 groups loaded together
-#define EMPTY_ARRIVALS ((PINGPONG || KSHARED ? 1 : CONSUMERS) * CLUSTER)
+#define EMPTY_ARRIVALS ((PINGPONG ? 1 : CONSUMERS) * CLUSTER)
 // Split-K reduced inside a cluster of the tile's K slices (lite and cooperative without a 2-CTA
 // cluster; one work unit per CTA): see the reduction below. Ping-pong and cluster=2 reduce through
 // the global workspace.
@@ -406,9 +391,6 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
         const u32 stage_c = epi + c * EPI_BYTES;
         float acc[MW][NACC];
         int s = 0, prev = 0, mine = 0;
-#if KSHARED
-        const u32 xch = epi + CONSUMERS * EPI_BYTES;    // [consumer][NV / 2 groups][128 threads] float4
-#endif
         u32 phase = 0, turn_phase = 0;
         auto release = [&](int slot) {
             if (tig == 0)
@@ -425,8 +407,6 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             if ((mine++ & 1) != c) { ring_advance(s, phase, kt1 - kt0); continue; }
             if (mine > 1) mbar_wait(smem_u32(&turn_bar[c]), turn_phase), turn_phase ^= 1;
             const int row0 = tm * BM;
-#elif KSHARED
-            const int row0 = tm * BM;                   // both warpgroups: the whole tile's rows
 #else
             const int row0 = tm * BM + c * CROWS;
 #endif
@@ -464,30 +444,12 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             TL(TL_LOAD, threadIdx.x == 0 && u == cid);
 #endif
 #endif
-#if KSHARED
-            // This warpgroup's k-tiles sit in the slots of its parity (both count s alike).
-            const int kfirst = kt0 + ((s & 1) != c);
-            if (kfirst >= kt1) {                        // a one-k-tile unit: the other has it all
-#pragma unroll
-                for (int mw = 0; mw < MW; ++mw)
-#pragma unroll
-                    for (int i = 0; i < NACC; ++i) acc[mw][i] = 0.f;
-            }
-#else
-            const int kfirst = kt0;
-#endif
             for (int kt = kt0; kt < kt1; ++kt) {
-#if KSHARED
-                if ((s & 1) != c) {                     // the other warpgroup's slot
-                    if (++s == STAGES) { s = 0; phase ^= 1; }
-                    continue;
-                }
-#endif
 #if LITE
                 if (!cp_all)                            // LITE_CP's loads are all in already
 #endif
                 mbar_wait(full0 + 8 * s, phase);
-                TL(TL_FULL, tig == 0 && c == 0 && u == cid && kt == kfirst);
+                TL(TL_FULL, tig == 0 && c == 0 && u == cid && kt == kt0);
                 const u32 sa = ring + s * STAGE_BYTES, sb = sa + A_BYTES;
                 wgmma_fence();
 #pragma unroll
@@ -499,19 +461,19 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #endif
 #pragma unroll
                     for (int mw = 0; mw < MW; ++mw) {
-#if PINGPONG || KSHARED
+#if PINGPONG
                         const u64 da = desc_kmajor(sa + mw * (64 * K_ROW_BYTES) + K_OFS(k16, A_ATOM));
 #else
                         const u64 da = desc_kmajor(sa + (c * MW + mw) * (64 * K_ROW_BYTES) + K_OFS(k16, A_ATOM));
 #endif
-                        wgmma_bn<LAYOUT_NT ? 0 : 1>(acc[mw], da, db, (kt != kfirst || k16 != 0) ? 1 : 0);
+                        wgmma_bn<LAYOUT_NT ? 0 : 1>(acc[mw], da, db, (kt != kt0 || k16 != 0) ? 1 : 0);
                     }
                 }
                 wgmma_commit();
                 // Keep this stage's MMAs in flight; once the previous stage's group is done its
                 // slot goes back to the producer(s).
                 wgmma_wait<1>();
-                if (kt > kfirst) {
+                if (kt > kt0) {
                     release(prev);
 #if LITE
                     // The slot just released takes the next k-tile (once every warpgroup let go).
@@ -524,9 +486,6 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             }
             wgmma_wait<0>();
             TL(TL_MMA, tig == 0 && c == 0 && u == cid);
-#if KSHARED
-            if (kfirst < kt1)
-#endif
             release(prev);
 #if PINGPONG
             if (tig == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(&turn_bar[c ^ 1])) : "memory");
@@ -661,38 +620,6 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 TL(TL_REDUCE, tig == 0 && c == 0 && u == cid);
             }
 #endif
-#if KSHARED
-            {
-                // Group v of a thread's fragment (acc[mw][4j..4j+3]) lies in column half
-                // j / (BN / 16); the other warpgroup's twin thread holds the same positions. Hand
-                // over this warpgroup's partial of the other's half, take the other's of this one.
-                constexpr int JH = BN / 16, NH = MW * JH;              // groups a half, a thread
-                const u32 put = xch + (u32)c * (NH * 2048), get = xch + (u32)(1 - c) * (NH * 2048);
-#pragma unroll
-                for (int v = 0; v < NV; ++v) {
-                    const int mw = v / (NACC / 4), j = v % (NACC / 4);
-                    if (j / JH != c) {
-                        const float* a = &acc[mw][4 * j];
-                        st_shared_f4(put + (u32)((mw * JH + j % JH) * 128 + tig) * 16, a[0], a[1], a[2], a[3]);
-                    }
-                }
-                asm volatile("bar.sync 9, 256;" ::: "memory");         // both partials written
-#pragma unroll
-                for (int v = 0; v < NV; ++v) {
-                    const int mw = v / (NACC / 4), j = v % (NACC / 4);
-                    if (j / JH == c) {
-                        float x[4];
-                        ld_shared_f4(get + (u32)((mw * JH + j % JH) * 128 + tig) * 16, x);
-                        // one sum of two terms: the same bits whichever warpgroup adds them
-                        float* a = &acc[mw][4 * j];
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) a[e] += x[e];
-                    }
-                }
-                asm volatile("bar.sync 10, 256;" ::: "memory");        // both read: free for the next unit
-                TL(TL_REDUCE, tig == 0 && c == 0 && u == cid);
-            }
-#endif
 #if EPI_DIRECT
             {
                 // The experiment's epilogue: each thread stores its fp16 pairs straight from the
@@ -714,9 +641,6 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             // written again.
 #pragma unroll
             for (int h = 0; h < SUBTILE; ++h) {
-#if KSHARED
-                if (h != c) continue;                   // the other warpgroup stores that half
-#endif
                 if (tig == 0) bulk_wait_read();
                 wg_bar(1 + c);
                 // Fragment layout of m64nN f32: warp w owns rows 16w..16w+15; acc[4j+0,1] sit at row

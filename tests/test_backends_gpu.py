@@ -302,25 +302,3 @@ def _split_k_determinism(gpu_device, layout, text):
             kernel(a, b, c2)
     torch.cuda.synchronize()
     assert torch.equal(c1, outs[0]) and torch.equal(c2, outs[0])
-
-
-# K-shared consumers (warp_spec 3, 2026-12-06): two warpgroups on the ring's alternate slots of one
-# tile, each summing and storing one column half. The full checker (edges: K = 17 is one k-tile, so
-# one warpgroup has none and starts from zeros) at a tile-grid shape, decode-like M with K = 1000
-# (16 k-tiles) and a persistent one with many units a CTA and an odd k-tile count a unit (K = 904:
-# 15), so the slot parity each warpgroup starts a unit on alternates; then two bit-identical runs
-# and two streams. bn 96 at bk 32 (48-column halves: 16-column store boxes; nn: 32-column B boxes),
-# 128x128 (two m64 sub-tiles a warpgroup), 64x192 (96 accumulators; 64x256 holds no 4-stage ring), bk 128.
-KSHARED = ["bm=64 bn=128 warps=12 stages=6 subtile=2 warp_spec=3",
-           "bm=64 bn=96 bk=32 warps=12 stages=10 subtile=2 warp_spec=3",
-           "bm=128 bn=128 warps=12 stages=4 subtile=2 warp_spec=3",
-           "bm=64 bn=192 warps=12 stages=4 subtile=2 warp_spec=3",
-           "bm=64 bn=64 bk=128 warps=12 stages=4 subtile=2 warp_spec=3"]
-
-
-@pytest.mark.parametrize("text", KSHARED)
-@pytest.mark.parametrize("layout", ["nn", "nt"])
-def test_wgmma_kshared(gpu_device, layout, text):
-    for p in (BASE.with_layout(layout), Problem(33, 384, 1000, layout), Problem(3000, 1000, 904, layout)):
-        _wgmma_passes(text, p, gpu_device)
-    _split_k_determinism(gpu_device, layout, text)

@@ -100,13 +100,6 @@ SPECS = [
     ("family=wgmma bm=128 bn=256 warps=12 stages=4 subtile=2 split_k=2", "nn"),
     ("family=wgmma bm=256 bn=128 warps=12 stages=4 subtile=2 split_k=4", "nt"),
     ("family=wgmma bm=64 bn=128 warps=8 stages=9 subtile=2 split_k=4", "nn"),
-    # K-shared consumers (warp_spec 3): both warpgroups hold the tile, a column half each to store;
-    # 48-column halves (16-column store boxes), 96 accumulators (64x192), two m64 sub-tiles, bk 128.
-    ("family=wgmma bm=64 bn=128 warps=12 stages=6 subtile=2 warp_spec=3", "nt"),
-    ("family=wgmma bm=64 bn=96 bk=32 warps=12 stages=10 subtile=2 warp_spec=3", "nn"),
-    ("family=wgmma bm=64 bn=192 warps=12 stages=4 subtile=2 warp_spec=3", "nt"),
-    ("family=wgmma bm=128 bn=128 warps=12 stages=4 subtile=2 warp_spec=3", "nn"),
-    ("family=wgmma bm=64 bn=64 bk=128 warps=12 stages=4 subtile=2 warp_spec=3", "nt"),
 ]
 
 
@@ -144,8 +137,6 @@ def test_compiles_for_sm90a(backend, hopper, text, layout):
         assert f"#define WM {wm}\n#define WN {wn}\n" in src
     if spec.family == "wgmma":
         assert f"#define PINGPONG {int(spec.warp_spec == 2)}\n" in src
-        # K-shared is defined only where on: every other kernel's source stays as filed.
-        assert (f"#define KSHARED 1\n" in src) == (spec.warp_spec == 3)
         assert f"#define LITE {int(spec.warp_spec == 0)}\n" in src
         # cluster=2 shares the larger operand tile: A (pair along N) only when bm > bn.
         assert f"#define MC_A {int(spec.cluster == 2 and spec.bm > spec.bn)}\n" in src
@@ -208,15 +199,6 @@ def test_cache_key_covers_source_and_arch(backend):
     ("family=wgmma bm=128 bn=192 bk=32 warps=12 stages=2 split_k=2", BIG, "split_k"),
     # ... nor a 3-stage ring beside half a staging (subtile 2 needs the ring to hold 3/4 of it)
     ("family=wgmma bm=128 bn=256 bk=32 warps=12 stages=3 subtile=2 split_k=2", BIG, "split_k"),
-    # K-shared consumers: two warpgroups, alternate slots of an even ring, a column half each,
-    # no split-K or cluster beside them; their exchange buffer counts against shared memory
-    ("family=wgmma bm=64 bn=128 warps=8 stages=6 subtile=2 warp_spec=3", BIG, "warp_spec"),
-    ("family=wgmma bm=64 bn=128 warps=12 stages=5 subtile=2 warp_spec=3", BIG, "warp_spec"),
-    ("family=wgmma bm=128 bn=128 warps=12 stages=2 subtile=2 warp_spec=3", BIG, "warp_spec"),   # one slot each: hangs
-    ("family=wgmma bm=64 bn=128 warps=12 stages=6 subtile=1 warp_spec=3", BIG, "warp_spec"),
-    ("family=wgmma bm=64 bn=128 warps=12 stages=6 subtile=2 warp_spec=3 split_k=2", BIG, "warp_spec"),
-    ("family=wgmma bm=64 bn=128 warps=12 stages=6 subtile=2 warp_spec=3 cluster=2", BIG, "cluster"),
-    ("family=wgmma bm=64 bn=256 warps=12 stages=4 subtile=2 warp_spec=3", BIG, "stages"),
     ("family=mma bm=64 bn=96 bk=32 warps=4 stages=3", BIG, "bn"),            # mma: powers of two
     ("family=mma bm=128 bn=128 bk=32 warps=12 stages=4", BIG, "warps"),
     ("family=mma bm=64 bn=64 bk=64 warps=4 stages=2 split_k=16", Problem(512, 512, 256), "split_k"),
@@ -464,20 +446,3 @@ def test_unchecked_launch_derives_the_problem_like_the_checked_one(layout, monke
     assert seen == [(M, N, K, 99)]
     with pytest.raises(ValueError, match="on the GPU"):     # the checked path refuses CPU tensors
         k(a, b, c)
-
-
-@pytest.mark.parametrize("layout", ["nn", "nt"])
-def test_kshared_swaps_halves_through_shared_memory_without_spills(backend, hopper, sass, layout):
-    """K-shared consumers (warp_spec 3): tensor-core MMAs, no local memory, and the half-swap of
-    the partials as 16-byte shared stores and loads between two 256-thread named barriers (9 and 10,
-    wgmma.cu's KSHARED block), which no other schedule has."""
-    spec = _spec("family=wgmma bm=64 bn=128 warps=12 stages=6 subtile=2 warp_spec=3")
-    text = sass(backend.compile(spec, Problem(1000, 1000, 4096, layout), hopper).binary)
-    assert "HGMMA" in text and "UTMALDG" in text and "UTMASTG" in text
-    for op in ("LDL", "STL"):
-        assert f" {op}" not in text and f"\t{op}" not in text, f"K-shared SASS uses local memory ({op})"
-    assert "BAR.SYNC.DEFER_BLOCKING 0x9, 0x100" in text and "BAR.SYNC.DEFER_BLOCKING 0xa, 0x100" in text
-    assert "STS.128" in text and "LDS.128" in text
-    coop = sass(backend.compile(_spec("family=wgmma bm=128 bn=128 warps=12 stages=5"), Problem(1000, 1000, 4096, layout),
-                                hopper).binary)
-    assert "0x9, 0x100" not in coop

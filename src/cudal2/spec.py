@@ -13,9 +13,7 @@ family=wgmma (CUDA, sm_90a; kernels_cuda/wgmma.cu): bm 64/128/256 over the consu
 any multiple of 16 (nn: B's N-major tile in TMA boxes of 64/32/16 columns, `nn_b_cols`), bk 32/64/128,
 warps 8 (one consumer warpgroup) or 12 (two) beside the producer warpgroup (lite: 4 or 8, no
 producer), warp_spec 1 = cooperative consumers, 2 = ping-pong, 0 = lite (one CTA per work unit, the
-tiny-shape schedule), 3 = K-shared consumers (two warpgroups each hold the whole tile and take
-alternate k-tiles, summed through shared memory: two MMA chains on an SM whose tile is one
-warpgroup tall; warps 12, subtile 2, an even ring, no split_k or cluster); split_k = K slices (1-16, powers of two and 3 / 6 / 12) reduced in the same
+tiny-shape schedule); split_k = K slices (1-16, powers of two and 3 / 6 / 12) reduced in the same
 launch in a fixed order (lite and cooperative: inside a cluster of the slices through distributed
 shared memory; ping-pong and cluster=2: through a global workspace), cluster 2 = two CTAs sharing one operand tile by TMA
 multicast, each loading half of it into both: the larger tile (bm > bn: A, the pair along N; else B,
@@ -64,9 +62,8 @@ CHOICES: dict[str, tuple] = {
     "subtile": (1, 2),
     # Triton: 0/1 = the warp-specialisation hint. wgmma: 1 = cooperative consumers (they split each
     # tile's rows), 2 = ping-pong (they take alternate tiles: one's epilogue overlaps the other's MMAs),
-    # 0 = lite (no producer warpgroup, no persistent loop: the low-latency schedule for tiny shapes),
-    # 3 = K-shared (both consumers hold the whole tile and take alternate k-tiles: `KernelSpec.kshared`).
-    "warp_spec": (0, 1, 2, 3),
+    # 0 = lite (no producer warpgroup, no persistent loop: the low-latency schedule for tiny shapes).
+    "warp_spec": (0, 1, 2),
     "cluster": (1, 2),
 }
 FIELDS = tuple(CHOICES)
@@ -81,7 +78,7 @@ PINNED = {
 }
 WARPS = {"tiled": (2, 4, 8), "persistent": (4, 8), "mma": (2, 4, 8), "wgmma": (4, 8, 12), "stream": (2, 4, 8)}
 # wgmma schedules (warp_spec) and the consumer warpgroups each has for a warp count.
-WGMMA_LITE, WGMMA_COOP, WGMMA_PINGPONG, WGMMA_KSHARED = 0, 1, 2, 3
+WGMMA_LITE, WGMMA_COOP, WGMMA_PINGPONG = 0, 1, 2
 # bk: k-columns per ring stage, one (64) or two (128) 128-byte swizzle atoms, or one 64-byte atom (32).
 WGMMA_TILE = {"bm": (64, 128, 256), "bk": (32, 64, 128)}
 # Families whose tiles index with tl.arange / power-of-two warp layouts keep power-of-two BN.
@@ -187,20 +184,6 @@ class KernelSpec:
         return self.family == "wgmma" and self.warp_spec == 2
 
     @property
-    def kshared(self) -> bool:
-        """wgmma warp_spec 3: the two consumer warpgroups each hold the whole tile and take the ring's
-        alternate slots (k-tiles), then each sums one column half of the two partials through shared
-        memory and stores it. A tile one warpgroup tall (bm 64) otherwise runs one MMA chain per SM:
-        on the H100 a 64x128x64 k-tile took ~340 SM cycles at every K (1024x1024xK, K 2048-16384,
-        run 105) where two chains (128x128, two cooperative consumers) took ~525 for twice the work."""
-        return self.family == "wgmma" and self.warp_spec == WGMMA_KSHARED
-
-    @property
-    def whole_tile(self) -> bool:
-        """Each consumer warpgroup holds all BM rows of the tile (ping-pong, K-shared)."""
-        return self.pingpong or self.kshared
-
-    @property
     def cluster_shares_a(self) -> bool:
         """wgmma cluster=2: the pair shares the A tile (the CTAs sit side by side along N) when it is
         the larger tile (bm > bn), else the B tile (along M). The shared tile is what multicast halves
@@ -233,12 +216,10 @@ class KernelSpec:
         if self.family == "wgmma":
             # + the epilogue's staging (a whole tile per warpgroup in ping-pong) + 1 KB that the
             # kernel spends aligning the ring to the 128B-swizzle atom. Mbarriers are static.
-            staging = self.bm * self.bn * 2 * (2 if self.whole_tile else 1) // self.subtile
+            staging = self.bm * self.bn * 2 * (2 if self.pingpong else 1) // self.subtile
             # The cluster split-K stages its fp32 partial (bm*bn*4 B) in the idle ring + the
-            # staging (_split_ring says when they hold it). K-shared consumers swap half of each
-            # one's fp32 partial through a buffer of their own (the ring is busy with the next unit).
-            xch = self.bm * self.bn * 4 if self.kshared else 0
-            return ring + staging + xch + 1024
+            # staging (_split_ring says when they hold it).
+            return ring + staging + 1024
         return ring
 
     def acc_regs_per_thread(self) -> int:
@@ -365,9 +346,7 @@ def _bn(s, p, d):
 def _acc_per_thread(s) -> int:
     if s["family"] == "wgmma":
         # Cooperative (and lite) consumers split the tile; a ping-pong warpgroup holds a whole tile.
-        # A K-shared warpgroup holds the whole tile too.
-        threads = 128 if s["warp_spec"] in (WGMMA_PINGPONG, WGMMA_KSHARED) else \
-            wgmma_consumers(s["warps"], s["warp_spec"]) * 128
+        threads = 128 if s["warp_spec"] == 2 else wgmma_consumers(s["warps"], s["warp_spec"]) * 128
     else:
         threads = s["warps"] * 32
     return s["bm"] * s["bn"] // max(threads, 1)
@@ -375,18 +354,16 @@ def _acc_per_thread(s) -> int:
 
 def _warp_spec(s, p, d):
     f, ws = s["family"], s["warp_spec"]
-    if f == "wgmma" and ws not in (0, 1, 2, 3):
-        return f"wgmma takes warp_spec 0 (lite), 1 (cooperative), 2 (ping-pong) or 3 (K-shared), got {ws}"
+    if f == "wgmma" and ws not in (0, 1, 2):
+        return f"wgmma takes warp_spec 0 (lite), 1 (cooperative) or 2 (ping-pong), got {ws}"
     if f == "wgmma" and ws == 0 and s["warps"] not in (4, 8):
         return "warp_spec=0 (lite) runs one or two warpgroups and no producer: warps=4 or 8"
     if f == "wgmma" and ws != 0 and s["warps"] == 4:
         return f"warp_spec={ws} needs a producer warpgroup besides the consumers: warps=8 or 12 (or warp_spec=0)"
     if f == "wgmma" and ws == 2 and s["warps"] != 12:
         return "warp_spec=2 (ping-pong) needs two consumer warpgroups: warps=12"
-    if f == "wgmma" and ws == 3 and s["warps"] != 12:
-        return "warp_spec=3 (K-shared) needs two consumer warpgroups: warps=12"
-    if f != "wgmma" and ws in (2, 3):
-        return f"warp_spec={ws} is a wgmma schedule; family={f} takes 0 or 1"
+    if f != "wgmma" and ws == 2:
+        return f"warp_spec=2 (ping-pong) is a wgmma schedule; family={f} takes 0 or 1"
     # Triton partitions a 4-warp warp_spec=1 loop itself (a producer and two consumer warpgroups,
     # persistent_smem below). On the H200 (triton 3.6, 2026-12-04, run 49's store: every persistent
     # warp_spec=1 measurement of runs 46-49) 29 of its 132 compiled evaluations wrote NaN/inf into C
@@ -398,7 +375,7 @@ def _warp_spec(s, p, d):
 
 
 # warp_spec values a family takes (the others pin it to 0).
-SCHEDULES = {"wgmma": (0, 1, 2, 3), "persistent": (0, 1)}
+SCHEDULES = {"wgmma": (0, 1, 2), "persistent": (0, 1)}
 
 
 def _any_schedule(check):
@@ -419,7 +396,7 @@ def _tile_warps(s, p, d):
     if f == "stream":
         return None                    # every warp holds the whole tile: _stream_acc
     if f == "wgmma":
-        c = 1 if s["warp_spec"] in (WGMMA_PINGPONG, WGMMA_KSHARED) else wgmma_consumers(w, s["warp_spec"])
+        c = 1 if s["warp_spec"] == 2 else wgmma_consumers(w, s["warp_spec"])
         if c < 1:
             return f"warps={w} leaves no consumer warpgroup beside the producer"
         if bm % (64 * c):
@@ -506,32 +483,11 @@ def _tma_align(s, p, d):
                 f"K % 8 == 0, got N={p.N} K={p.K}")
 
 
-def _kshared(s, p, d):
-    # K-shared consumers (kernels_cuda/wgmma.cu KSHARED): a slot belongs to one warpgroup for good
-    # (slot parity = k-tile parity, so its full barrier is waited on by one warpgroup, phase by
-    # phase: an even ring of at least 4); each stores one column half (the epilogue's two subtiles); no split
-    # or cluster beside them.
-    if s["family"] != "wgmma" or s["warp_spec"] != WGMMA_KSHARED:
-        return None
-    # Each warpgroup releases a slot once its next k-tile's MMAs are issued, so it needs two slots
-    # of its own: with stages=2 (one each) both waited for a refill of the slot they held (the
-    # 128x128 GPU test hung on an H100, run 109).
-    if s["stages"] % 2 or s["stages"] < 4:
-        return (f"warp_spec=3 (K-shared) gives each consumer alternate ring slots, two at least: stages "
-                f"must be even and >= 4, got {s['stages']}")
-    if s["subtile"] != 2:
-        return "warp_spec=3 (K-shared) stores one column half per consumer: subtile=2"
-    if s["split_k"] != 1:
-        return f"warp_spec=3 (K-shared) splits K inside the CTA; split_k must be 1, got {s['split_k']}"
-
-
 def _cluster(s, p, d):
     if s["cluster"] > 1 and s["family"] != "wgmma":
         return f"cluster={s['cluster']} is only supported by the wgmma family"
     if s["cluster"] > 1 and s["warp_spec"] == WGMMA_LITE:
         return "cluster=2 needs the persistent schedules (warp_spec 1 or 2); lite (warp_spec=0) runs without"
-    if s["cluster"] > 1 and s["family"] == "wgmma" and s["warp_spec"] == WGMMA_KSHARED:
-        return "cluster=2 is not built for warp_spec=3 (K-shared): cluster=1"
 
 
 RULES: list[Rule] = [
@@ -553,7 +509,6 @@ RULES: list[Rule] = [
     ("subtile", ("bn", "subtile"), _subtile),
     ("warp_spec", ("family", "warp_spec"), _pinned("warp_spec")),
     ("warp_spec", ("family", "warps", "warp_spec"), _warp_spec),
-    ("warp_spec", ("family", "stages", "split_k", "subtile", "warp_spec"), _kshared),
     ("cluster", ("family", "split_k", "warp_spec", "cluster"), _cluster_split_size),
     ("cluster", ("family", "cluster"), _pinned("cluster")),
     ("cluster", ("family", "warp_spec", "cluster"), _cluster),

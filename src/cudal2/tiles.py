@@ -88,17 +88,6 @@ def max_stages(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Kernel
     return None
 
 
-def kshared_twin(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec | None:
-    """A one-consumer wgmma spec (warps 8, cooperative: one MMA chain per SM) as K-shared consumers
-    (warp_spec 3: two warpgroups on alternate k-tiles of the same tile), its deepest valid ring;
-    the K split moves inside the CTA, so split_k and cluster go to 1. None where none is valid."""
-    if spec.family != "wgmma" or spec.warps != 8 or spec.warp_spec != 1:
-        return None
-    twin = KernelSpec(**{**spec.to_dict(), "warps": 12, "warp_spec": 3, "subtile": 2, "split_k": 1,
-                         "cluster": 1})
-    return max_stages(twin, problem, device)
-
-
 def _seedable(spec: KernelSpec) -> bool:
     """False for a split-K spec holding more than 96 accumulators a thread: valid since 2026-12-06
     (the cluster split-K at 128), for the policy to try, but not a seed: on the H100 (run 99, 254

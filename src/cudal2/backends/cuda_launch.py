@@ -227,7 +227,7 @@ class CudaKernel:
         if pc % 16:
             raise ValueError("wgmma (TMA) needs a 16-byte aligned c")
         sp = self.spec
-        crows = sp.bm if sp.whole_tile else sp.bm // sp.consumers
+        crows = sp.bm if sp.pingpong else sp.bm // sp.consumers
         if len(self._tmaps) >= _TMAP_CACHE_MAX:
             self._tmaps.clear()
         tc = self._tmaps[key] = _encode(pc, N, M, sp.epi_cols, crows)
