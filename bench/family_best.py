@@ -23,8 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
-
 
 def _connect(path: str) -> sqlite3.Connection:
     if path.endswith(".gz"):
@@ -61,10 +59,10 @@ def _stats(xs: list[float]) -> dict:
 
 
 def table(grid: list[tuple[int, int, int]], fam: dict, anyf: dict) -> dict:
-    from classes import CLASSES, shape_class
+    from cudal2.stats import SHAPE_CLASSES, shape_class    # ../shared/classes.py's rule
     out = {}
     for lay in ("nn", "nt"):
-        for cls in CLASSES:
+        for cls in SHAPE_CLASSES:
             shapes = [f"{m}x{n}x{k}:{lay}" for m, n, k in grid if shape_class(m, n, k) == cls]
             out[f"{cls}:{lay}"] = {"grid": len(shapes),
                                    "family": _stats([fam[p] for p in shapes if p in fam]),
