@@ -14,7 +14,6 @@ took. Built for the K-shared consumers (2026-12-06, runs 107-108; commit 736c061
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -68,7 +67,7 @@ def main(argv=None) -> int:
     spec = validate(KernelSpec.parse(args.spec), p, dev)
     kernel = BACKEND.load(BACKEND.compile_source(spec, patch(BACKEND.render(spec, p)), dev.arch, p.layout))
     d = drv()
-    ptr, size = check(d.cuModuleGetGlobal(kernel.module, b"cudal2_hang_ptr"), "cuModuleGetGlobal")
+    ptr, _size = check(d.cuModuleGetGlobal(kernel.module, b"cudal2_hang_ptr"), "cuModuleGetGlobal")
     grid = kernel._grid_wgmma(p.M, p.N)
     host = torch.zeros(grid * 3 * 8, dtype=torch.int32, pin_memory=True)
     val = torch.tensor([host.data_ptr()], dtype=torch.int64)
