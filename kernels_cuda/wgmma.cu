@@ -55,6 +55,13 @@
 // from its accumulators with guarded 4-byte stores, as the cluster split-K does, in place of
 // stmatrix -> staging -> TMA store (0.75x over 171 filed kernels, 166 slower: stays off; the
 // ~1 µs of fixed cost over the cp.async families is not the TMA store).
+// EPI_WIDE (off, 0; an experiment): the epilogue stages and stores each SUB_COLS-wide block as one
+// unswizzled TMA-store box, where EPI_COLS boxes (the largest of 64 / 32 / 16 columns dividing it) are
+// swizzled across their 128 / 64 / 32-byte rows. H100 run 113 (shortK, nt): every tile stored in
+// 16- or 32-column boxes (BN 112, 176, 208, 224, 240, 96) ran 0.67-0.95x of best-cublas where BN
+// 128 / 192 / 256 (64-column boxes) ran 0.89-1.02: 7 boxes of 64 rows x 32 B a 112-column block, not
+// one of 224 B rows. The price: stmatrix into rows SUB_COLS x 2 B apart conflicts 2-way (4-way at 96).
+// The launcher sees the module's `cudal2_epi_wide` and encodes C's box to match.
 // TIMELINE=1 (bench/cta_timeline.py only; never in a filed kernel): each CTA stamps %globaltimer and
 // %clock64 at the events TL_* below into the module's global `cudal2_timeline`, for its first work
 // unit: where a short kernel's time goes (prologue, first load, MMAs, reduction, store, exit).
@@ -92,10 +99,18 @@
 #define NACC (BN / 2)                     // fp32 accumulators per thread per m64 sub-tile
 #define NV (MW * NACC / 4)                // float4 groups of accumulators per thread
 #define SUB_COLS (BN / SUBTILE)           // columns staged at once
+#ifndef EPI_WIDE
+#define EPI_WIDE 0      // one unswizzled TMA-store box SUB_COLS wide (see the header)
+#endif
+#if EPI_WIDE
+#undef EPI_COLS
+#define EPI_COLS SUB_COLS
+__device__ int cudal2_epi_wide;   // tells the launcher to encode C's box SUB_COLS wide, unswizzled
+#endif
 #define EPI_BOX_BYTES (CROWS * EPI_COLS * 2)
 #define EPI_BYTES (CROWS * SUB_COLS * 2)  // staging per consumer warpgroup
 // TMA swizzle of the staging box (128/64/32-byte rows): 16-byte chunk bits [4, 4+b) ^= bits [7, 7+b).
-#define EPI_SWZ (EPI_COLS == 64 ? 7 : (EPI_COLS == 32 ? 3 : 1))
+#define EPI_SWZ (EPI_WIDE ? 0 : (EPI_COLS == 64 ? 7 : (EPI_COLS == 32 ? 3 : 1)))
 #define RCH 8                             // split-K reduction: float4 groups loaded together
 #define EMPTY_ARRIVALS ((PINGPONG ? 1 : CONSUMERS) * CLUSTER)
 // Split-K reduced inside a cluster of the tile's K slices (lite and cooperative without a 2-CTA

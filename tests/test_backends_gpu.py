@@ -233,6 +233,27 @@ def test_wgmma_epi_direct(gpu_device, layout, text):
     assert report.passed, "\n".join(r.line() for r in report.results)
 
 
+# EPI_WIDE=1 (wgmma.cu, an experiment, off in every filed kernel): each subtile stored as one
+# unswizzled TMA box BN / SUBTILE wide (the launcher reads the module's symbol and encodes C's map to
+# match); the full checker (edges off the tile grid: TMA clips N's edge inside the wide box), odd BN
+# in each schedule, subtile 2 (two boxes a tile), a 2-CTA cluster, the lite schedule.
+@pytest.mark.parametrize("text", ["bm=128 bn=112 warps=12 stages=5 warp_spec=2",
+                                  "bm=128 bn=208 warps=12 stages=4",
+                                  "bm=256 bn=96 warps=12 stages=3 subtile=2",
+                                  "bm=128 bn=96 warps=12 stages=6 cluster=2",
+                                  "bm=64 bn=48 warps=4 stages=4 warp_spec=0"])
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_epi_wide(gpu_device, layout, text):
+    from cudal2.backends import get_backend
+    be = get_backend("cuda")
+    for p in (BASE.with_layout(layout), Problem(33, 384, 1000, layout)):
+        spec = validate(KernelSpec.parse(f"backend=cuda family=wgmma {text}"), p, gpu_device)
+        kernel = be.load(be.compile_source(spec, "#define EPI_WIDE 1\n" + be.render(spec, p), gpu_device.arch, layout))
+        assert kernel.epi_wide
+        report = check_kernel(kernel, p, "cuda")
+        assert report.passed, "\n".join(r.line() for r in report.results)
+
+
 @pytest.mark.parametrize("text", ["bm=128 bn=128 warps=12 stages=5 split_k=16",
                                   "bm=128 bn=64 warps=12 stages=6 split_k=4 cluster=2",
                                   "bm=64 bn=128 warps=4 stages=8 warp_spec=0 split_k=8",

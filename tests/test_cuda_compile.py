@@ -446,3 +446,26 @@ def test_unchecked_launch_derives_the_problem_like_the_checked_one(layout, monke
     assert seen == [(M, N, K, 99)]
     with pytest.raises(ValueError, match="on the GPU"):     # the checked path refuses CPU tensors
         k(a, b, c)
+
+
+@pytest.mark.parametrize("text", ["bm=128 bn=112 warps=12 stages=5 warp_spec=2",
+                                  "bm=128 bn=208 warps=12 stages=4",
+                                  "bm=256 bn=96 warps=12 stages=3 subtile=2",
+                                  "bm=64 bn=48 warps=4 stages=4 warp_spec=0"])
+def test_epi_wide_stores_one_box_a_subtile_without_spills(backend, sass, text):
+    """EPI_WIDE=1 (an experiment): one TMA store a subtile where the plain kernel issues BN / SUBTILE /
+    EPI_COLS (7 at BN 112, 13 at 208, 3 at 96 / 2), no spills, and the symbol the launcher reads."""
+    spec = _spec(f"family=wgmma {text}")
+    p = Problem(1000, 1000, 4096, "nt")
+    src = backend.render(spec, p)
+    wide = backend.compile_source(spec, "#define EPI_WIDE 1\n" + src, "sm_90a", "nt")
+    plain = backend.compile_source(spec, src, "sm_90a", "nt")
+    assert wide.meta["spills_bytes"] == 0 and "__device__ int cudal2_epi_wide;" in wide.source
+    w, pl = sass(wide.binary), sass(plain.binary)
+    assert "UTMASTG" in w and "HGMMA" in w
+    assert sass_count(w, "UTMASTG") == spec.subtile and sass_count(pl, "UTMASTG") == spec.bn // spec.epi_cols
+    assert w != pl
+
+
+def sass_count(text: str, op: str) -> int:
+    return sum(1 for line in text.splitlines() if op in line)

@@ -85,6 +85,8 @@ class CudaKernel:
             self.a_trim = d.cuModuleGetGlobal(self.module, b"cudal2_a_trim")[0] == d.CUresult.CUDA_SUCCESS
             # LITE_CP (wgmma.cu, an experiment): the kernel also takes A's and B's pointers.
             self.lite_cp = d.cuModuleGetGlobal(self.module, b"cudal2_lite_cp")[0] == d.CUresult.CUDA_SUCCESS
+            # EPI_WIDE (wgmma.cu, an experiment): C's store box is a whole subtile wide, unswizzled.
+            self.epi_wide = d.cuModuleGetGlobal(self.module, b"cudal2_epi_wide")[0] == d.CUresult.CUDA_SUCCESS
         self.sm_count = self.device_info.sm_count     # read once by cudal2.device, not asked again
         self.threads = self.spec.warps * 32
         if self.family == "wgmma" and self.spec.cluster > 1:
@@ -230,14 +232,16 @@ class CudaKernel:
         crows = sp.bm if sp.pingpong else sp.bm // sp.consumers
         if len(self._tmaps) >= _TMAP_CACHE_MAX:
             self._tmaps.clear()
-        tc = self._tmaps[key] = _encode(pc, N, M, sp.epi_cols, crows)
+        tc = self._tmaps[key] = (_encode(pc, N, M, sp.bn // sp.subtile, crows, swizzled=False) if self.epi_wide
+                                 else _encode(pc, N, M, sp.epi_cols, crows))
         return tc
 
     # CTAs a persistent cluster launch may have resident at once (None: one per SM).
     cluster_ctas: int | None = None
-    # wgmma built with A_TRIM / LITE_CP (read off the module when loaded).
+    # wgmma built with A_TRIM / LITE_CP / EPI_WIDE (read off the module when loaded).
     a_trim: bool = False
     lite_cp: bool = False
+    epi_wide: bool = False
     _ab: tuple | list = ()          # LITE_CP: the slots of A's and B's pointers
 
     def _cluster_capacity(self) -> int:
@@ -418,13 +422,14 @@ def a_box_rows(rows: int, M: int, trim: bool) -> int:
     return M if trim and M < rows else rows
 
 
-def _encode(ptr: int, inner: int, outer: int, box_inner: int, box_outer: int) -> bytes:
+def _encode(ptr: int, inner: int, outer: int, box_inner: int, box_outer: int, swizzled: bool = True) -> bytes:
     """A 2-D fp16 tensor map (row-major [outer, inner]), zero fill out of bounds; the swizzle spans
-    the box's row (128, 64 or 32 bytes), which is what the kernels' smem layouts assume."""
+    the box's row (128, 64 or 32 bytes), which is what the kernels' smem layouts assume; unswizzled
+    (EPI_WIDE's C box: any multiple of 8 columns up to 256) where `swizzled` is False."""
     d = _drv()
     sw = d.CUtensorMapSwizzle
-    swizzle = {128: sw.CU_TENSOR_MAP_SWIZZLE_128B, 64: sw.CU_TENSOR_MAP_SWIZZLE_64B,
-               32: sw.CU_TENSOR_MAP_SWIZZLE_32B}[box_inner * 2]
+    swizzle = ({128: sw.CU_TENSOR_MAP_SWIZZLE_128B, 64: sw.CU_TENSOR_MAP_SWIZZLE_64B,
+                32: sw.CU_TENSOR_MAP_SWIZZLE_32B}[box_inner * 2] if swizzled else sw.CU_TENSOR_MAP_SWIZZLE_NONE)
     tmap = check(d.cuTensorMapEncodeTiled(
         d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, ptr,
         [d.cuuint64_t(inner), d.cuuint64_t(outer)], [d.cuuint64_t(inner * 2)],
