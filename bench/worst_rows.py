@@ -15,11 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "src"))
-
-from cudal2.registry.timings import offline_kernel_timings, server_timings  # noqa: E402
-from cudal2.report import load_json  # noqa: E402
+from cudal2.registry.timings import offline_kernel_timings, server_timings
+from cudal2.report import load_json
 
 
 def worst(compare: dict, offline: float, server: float) -> list[tuple[str, float | None, float | None]]:
