@@ -7,7 +7,8 @@
 # cuBLASLt's kernel at the three shapes (H100 run 100 has them for the H100). Time-boxed.
 #   OUT=... bash bench/split_probe.sh [CASES [BEFORE]]   # files: the timeline's JSON / MD, retime.tgz,
 #                                                         # profiles; CASES default
-#                                                         # bench/timeline_cases_split.txt, BEFORE 0
+#                                                         # bench/timeline_cases_split.txt (none: no
+#                                                         # timeline), BEFORE 0
 set -uo pipefail
 CASES=${1:-bench/timeline_cases_split.txt}
 BEFORE=${2:-0}
@@ -27,5 +28,5 @@ if [ "${CARD_KEY:-}" = h200-sm90 ]; then
 fi
 # the timeline last on an H200 (the retime and profiles are what only that card can give)
 left=$(( 560 - SECONDS )); [ $left -gt 200 ] && left=200
-[ $left -gt 30 ] && timeout $left python3 bench/cta_timeline.py --out "$OUT" --cases "$CASES" --before "$BEFORE" --repeat 2 2>&1 | tail -16
+[ $left -gt 30 ] && [ "$CASES" != none ] && timeout $left python3 bench/cta_timeline.py --out "$OUT" --cases "$CASES" --before "$BEFORE" --repeat 2 2>&1 | tail -16
 ls -la "$OUT"

@@ -55,13 +55,18 @@
 // from its accumulators with guarded 4-byte stores, as the cluster split-K does, in place of
 // stmatrix -> staging -> TMA store (0.75x over 171 filed kernels, 166 slower: stays off; the
 // ~1 µs of fixed cost over the cp.async families is not the TMA store).
-// EPI_WIDE (off, 0; an experiment): the epilogue stages and stores each SUB_COLS-wide block as one
-// unswizzled TMA-store box, where EPI_COLS boxes (the largest of 64 / 32 / 16 columns dividing it) are
-// swizzled across their 128 / 64 / 32-byte rows. H100 run 113 (shortK, nt): every tile stored in
-// 16- or 32-column boxes (BN 112, 176, 208, 224, 240, 96) ran 0.67-0.95x of best-cublas where BN
-// 128 / 192 / 256 (64-column boxes) ran 0.89-1.02: 7 boxes of 64 rows x 32 B a 112-column block, not
-// one of 224 B rows. The price: stmatrix into rows SUB_COLS x 2 B apart conflicts 2-way (4-way at 96).
-// The launcher sees the module's `cudal2_epi_wide` and encodes C's box to match.
+// EPI_WIDE (on where the swizzled boxes would be 16 columns, 7 or more of them: SUB_COLS 112, 144,
+// 176, 208, 240): the epilogue stages and stores each SUB_COLS-wide block as one unswizzled TMA-store
+// box, where EPI_COLS boxes (the largest of 64 / 32 / 16 columns dividing it) are swizzled across
+// their 128 / 64 / 32-byte rows. H100 run 113 (shortK, nt): tiles stored in 16- or 32-column boxes
+// ran 0.67-0.95x of best-cublas where 64-column ones ran 0.89-1.02 (7 UTMASTG of 64 rows x 32 B a
+// 112-column block). The price: stmatrix into rows SUB_COLS x 2 B apart conflicts 2-way (4-way at
+// 32 mod 64, 8-way at 0 mod 64). H100 run 114, the same spec each way in one offline run (wide /
+// boxed time): 0.83-0.85 at BN 112 and 240 (shortK: 4096x4096x512, 8192x4096x256), 0.88 at 176; over
+// filed kernels 0.99 at 144 (4), 0.98 at 224 (1, 32-column boxes), 1.00 at 112 (2); but 1.00-1.02 at
+// 48 / 80 (small tiles, 3-5 boxes), 1.03-1.04 at 96 (4-way) and 1.0-1.35 at 128 / 256 (8-way).
+// Define it 0 / 1 to force either. The launcher sees the module's `cudal2_epi_wide` and encodes C's
+// box to match.
 // TIMELINE=1 (bench/cta_timeline.py only; never in a filed kernel): each CTA stamps %globaltimer and
 // %clock64 at the events TL_* below into the module's global `cudal2_timeline`, for its first work
 // unit: where a short kernel's time goes (prologue, first load, MMAs, reduction, store, exit).
@@ -99,8 +104,8 @@
 #define NACC (BN / 2)                     // fp32 accumulators per thread per m64 sub-tile
 #define NV (MW * NACC / 4)                // float4 groups of accumulators per thread
 #define SUB_COLS (BN / SUBTILE)           // columns staged at once
-#ifndef EPI_WIDE
-#define EPI_WIDE 0      // one unswizzled TMA-store box SUB_COLS wide (see the header)
+#ifndef EPI_WIDE        // one unswizzled TMA-store box SUB_COLS wide (see the header)
+#define EPI_WIDE (EPI_COLS == 16 && SUB_COLS >= 112)
 #endif
 #if EPI_WIDE
 #undef EPI_COLS

@@ -233,10 +233,11 @@ def test_wgmma_epi_direct(gpu_device, layout, text):
     assert report.passed, "\n".join(r.line() for r in report.results)
 
 
-# EPI_WIDE=1 (wgmma.cu, an experiment, off in every filed kernel): each subtile stored as one
-# unswizzled TMA box BN / SUBTILE wide (the launcher reads the module's symbol and encodes C's map to
-# match); the full checker (edges off the tile grid: TMA clips N's edge inside the wide box), odd BN
-# in each schedule, subtile 2 (two boxes a tile), a 2-CTA cluster, the lite schedule.
+# EPI_WIDE=1 forced (wgmma.cu's default only where the swizzled boxes would be 16 columns, 7 or
+# more of them): each subtile stored as one unswizzled TMA box BN / SUBTILE wide (the launcher reads
+# the module's symbol and encodes C's map to match); the full checker (edges off the tile grid: TMA
+# clips N's edge inside the wide box), odd BN in each schedule, subtile 2 (two boxes a tile), a 2-CTA
+# cluster, the lite schedule.
 @pytest.mark.parametrize("text", ["bm=128 bn=112 warps=12 stages=5 warp_spec=2",
                                   "bm=128 bn=208 warps=12 stages=4",
                                   "bm=256 bn=96 warps=12 stages=3 subtile=2",
@@ -249,6 +250,26 @@ def test_wgmma_epi_wide(gpu_device, layout, text):
     for p in (BASE.with_layout(layout), Problem(33, 384, 1000, layout)):
         spec = validate(KernelSpec.parse(f"backend=cuda family=wgmma {text}"), p, gpu_device)
         kernel = be.load(be.compile_source(spec, "#define EPI_WIDE 1\n" + be.render(spec, p), gpu_device.arch, layout))
+        assert kernel.epi_wide
+        report = check_kernel(kernel, p, "cuda")
+        assert report.passed, "\n".join(r.line() for r in report.results)
+
+
+# The default render where the rule turns EPI_WIDE on (the filed BN 144 / 240 / 112 kernels since
+# 2026-12-06), split-K through the workspace and a cluster split-K included: the kernel says so by its
+# symbol and passes the full checker on and off the tile grid.
+@pytest.mark.parametrize("text", ["bm=64 bn=144 warps=8 stages=7",
+                                  "bm=64 bn=240 warps=8 stages=4 group_m=1",
+                                  "bm=64 bn=112 warps=4 stages=2 warp_spec=0",
+                                  "bm=64 bn=112 warps=12 stages=4 warp_spec=2 split_k=2",
+                                  "bm=128 bn=144 warps=12 stages=4 split_k=2"])
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_wgmma_epi_wide_by_default(gpu_device, layout, text):
+    from cudal2.backends import get_backend
+    be = get_backend("cuda")
+    for p in (BASE.with_layout(layout), Problem(33, 384, 1000, layout), Problem(1, 1000, 3000, layout)):
+        spec = validate(KernelSpec.parse(f"backend=cuda family=wgmma {text}"), p, gpu_device)
+        kernel = be.load(be.compile(spec, p, gpu_device))
         assert kernel.epi_wide
         report = check_kernel(kernel, p, "cuda")
         assert report.passed, "\n".join(r.line() for r in report.results)

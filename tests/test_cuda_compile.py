@@ -453,18 +453,39 @@ def test_unchecked_launch_derives_the_problem_like_the_checked_one(layout, monke
                                   "bm=256 bn=96 warps=12 stages=3 subtile=2",
                                   "bm=64 bn=48 warps=4 stages=4 warp_spec=0"])
 def test_epi_wide_stores_one_box_a_subtile_without_spills(backend, sass, text):
-    """EPI_WIDE=1 (an experiment): one TMA store a subtile where the plain kernel issues BN / SUBTILE /
-    EPI_COLS (7 at BN 112, 13 at 208, 3 at 96 / 2), no spills, and the symbol the launcher reads."""
+    """EPI_WIDE forced on: one TMA store a subtile where the boxed kernel (forced off) issues
+    BN / SUBTILE / EPI_COLS (7 at BN 112, 13 at 208, 3 at 96 / 2), no spills, and the symbol the
+    launcher reads to encode C's box."""
     spec = _spec(f"family=wgmma {text}")
     p = Problem(1000, 1000, 4096, "nt")
     src = backend.render(spec, p)
     wide = backend.compile_source(spec, "#define EPI_WIDE 1\n" + src, "sm_90a", "nt")
-    plain = backend.compile_source(spec, src, "sm_90a", "nt")
+    boxed = backend.compile_source(spec, "#define EPI_WIDE 0\n" + src, "sm_90a", "nt")
     assert wide.meta["spills_bytes"] == 0 and "__device__ int cudal2_epi_wide;" in wide.source
-    w, pl = sass(wide.binary), sass(plain.binary)
+    w, bx = sass(wide.binary), sass(boxed.binary)
     assert "UTMASTG" in w and "HGMMA" in w
-    assert sass_count(w, "UTMASTG") == spec.subtile and sass_count(pl, "UTMASTG") == spec.bn // spec.epi_cols
-    assert w != pl
+    assert sass_count(w, "UTMASTG") == spec.subtile and sass_count(bx, "UTMASTG") == spec.bn // spec.epi_cols
+    assert w != bx
+
+
+# The default (wgmma.cu): wide where the swizzled boxes would be 16 columns, 7 or more of them a
+# subtile (H100 run 114: 0.83-0.88x the time there; 48 / 80 / 96 / 128 / 256 lost or tied wide).
+@pytest.mark.parametrize("text, wide", [("bm=128 bn=112 warps=12 stages=5 warp_spec=2", True),
+                                        ("bm=64 bn=144 warps=8 stages=7", True),
+                                        ("bm=128 bn=240 warps=12 stages=3", True),
+                                        ("bm=128 bn=224 warps=12 stages=3 subtile=2", True),   # 112 a subtile
+                                        ("bm=64 bn=80 warps=8 stages=8", False),
+                                        ("bm=128 bn=96 warps=12 stages=6", False),
+                                        ("bm=128 bn=224 warps=12 stages=3", False),            # 32-column boxes
+                                        ("bm=128 bn=256 warps=12 stages=3", False)])
+def test_epi_wide_default_follows_the_box_rule(backend, hopper, sass, text, wide):
+    spec = _spec(f"family=wgmma {text}")
+    art = backend.compile(spec, Problem(1000, 1000, 4096, "nt"), hopper)
+    sub = spec.bn // spec.subtile
+    assert (b"cudal2_epi_wide" in art.binary) == wide         # the symbol the launcher reads
+    stores = sass_count(sass(art.binary), "UTMASTG")
+    assert stores == (spec.subtile if wide else spec.bn // spec.epi_cols)
+    assert wide == (spec.epi_cols == 16 and sub >= 112) and art.meta["spills_bytes"] == 0
 
 
 def sass_count(text: str, op: str) -> int:

@@ -85,7 +85,8 @@ class CudaKernel:
             self.a_trim = d.cuModuleGetGlobal(self.module, b"cudal2_a_trim")[0] == d.CUresult.CUDA_SUCCESS
             # LITE_CP (wgmma.cu, an experiment): the kernel also takes A's and B's pointers.
             self.lite_cp = d.cuModuleGetGlobal(self.module, b"cudal2_lite_cp")[0] == d.CUresult.CUDA_SUCCESS
-            # EPI_WIDE (wgmma.cu, an experiment): C's store box is a whole subtile wide, unswizzled.
+            # EPI_WIDE (wgmma.cu: on where the swizzled boxes would be 16 columns, 7 or more of them):
+            # C's store box is a whole subtile wide, unswizzled.
             self.epi_wide = d.cuModuleGetGlobal(self.module, b"cudal2_epi_wide")[0] == d.CUresult.CUDA_SUCCESS
         self.sm_count = self.device_info.sm_count     # read once by cudal2.device, not asked again
         self.threads = self.spec.warps * 32
