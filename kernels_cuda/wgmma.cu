@@ -105,7 +105,13 @@
 #define NV (MW * NACC / 4)                // float4 groups of accumulators per thread
 #define SUB_COLS (BN / SUBTILE)           // columns staged at once
 #ifndef EPI_WIDE        // one unswizzled TMA-store box SUB_COLS wide (see the header)
-#define EPI_WIDE (EPI_COLS == 16 && SUB_COLS >= 112)
+// A value, not an expression of EPI_COLS: the #undef below would turn such an expression off
+// where it is read later (the first try, 2026-12-06: C never stored, caught by the checker).
+#if EPI_COLS == 16 && SUB_COLS >= 112
+#define EPI_WIDE 1
+#else
+#define EPI_WIDE 0
+#endif
 #endif
 #if EPI_WIDE
 #undef EPI_COLS

@@ -486,6 +486,12 @@ def test_epi_wide_default_follows_the_box_rule(backend, hopper, sass, text, wide
     stores = sass_count(sass(art.binary), "UTMASTG")
     assert stores == (spec.subtile if wide else spec.bn // spec.epi_cols)
     assert wide == (spec.epi_cols == 16 and sub >= 112) and art.meta["spills_bytes"] == 0
+    # the default is exactly the forced build, machine code and all (an EPI_WIDE defined as an
+    # expression of EPI_COLS once compiled a wide box with the 32-byte swizzle: same store count,
+    # wrong C; the GPU checker caught it, this catches it on CPU)
+    from cudal2.backends.sass import same_machine_code
+    src = backend.render(spec, Problem(1000, 1000, 4096, "nt"))
+    assert same_machine_code(f"#define EPI_WIDE {int(wide)}\n" + src, src, "sm_90a")
 
 
 def sass_count(text: str, op: str) -> int:
