@@ -3,7 +3,7 @@
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
-# retime:NAME:LAYOUT[:PASSES] epi-wide[:SECONDS] recheck[:SECONDS].
+# retime:NAME:LAYOUT[:PASSES] epi-wide[:SECONDS] recheck[:SECONDS[:VARIANT]].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -145,15 +145,15 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
           --classes shortK,mid,small --max-seconds "$secs" 2>&1 | tail -10
       else echo "epi-wide: GPU tests did not pass; no timing"; fi ;;
     recheck|recheck:*)
-      # recheck[:SECONDS] (default 300): after a template edit moved some entries' SASS (`cudal2
-      # registry rerender` left them pending, check.passed None), the filed kernels of this card
-      # against the old code (VARIANT, default EPI_WIDE=0: the edit of 2026-12-06; entries whose SASS
+      # recheck[:SECONDS[:VARIANT]] (default 300, EPI_WIDE=0): after a template edit moved some
+      # entries' SASS (`cudal2 registry rerender` left them pending, check.passed None), the filed
+      # kernels of this card against the old code (VARIANT: the edit of 2026-12-06; entries whose SASS
       # it does not change are not timed), then `registry verify --gpu --render --record` on an export of
       # the tree's registry (the sweep's parallel compiles warm its cache). Files: the sweep's CSV /
       # JSON, verify_gpu.txt, index_rechecked.json.gz (copy it over src/cudal2/registry/index.json
       # after checking that only check fields moved).
-      secs=300; [ "$stage" != recheck ] && secs=${stage#recheck:}
-      timeout $((secs - 100)) python3 bench/variant_sweep.py --out "$OUT" --variant "${VARIANT:-EPI_WIDE=0}" \
+      IFS=: read -r _ secs variant <<<"$stage"; secs=${secs:-300}; variant=${variant:-EPI_WIDE=0}
+      timeout $((secs - 100)) python3 bench/variant_sweep.py --out "$OUT" --variant "$variant" \
         --max-seconds $((secs - 160)) 2>&1 | tail -12
       rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
       timeout 170 cudal2 registry verify --gpu --render --record --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1

@@ -65,6 +65,8 @@
 // boxed time): 0.83-0.85 at BN 112 and 240 (shortK: 4096x4096x512, 8192x4096x256), 0.88 at 176; over
 // filed kernels 0.99 at 144 (4), 0.98 at 224 (1, 32-column boxes), 1.00 at 112 (2); but 1.00-1.02 at
 // 48 / 80 (small tiles, 3-5 boxes), 1.03-1.04 at 96 (4-way) and 1.0-1.35 at 128 / 256 (8-way).
+// Run 116, the 10 filed H100 kernels the rule changed: old / new 1.003 geomean (each within 2%);
+// run 118, all 148 shortK nt shapes: wide-store tiles best on 38, the class 0.980 where it was 0.975.
 // Define it 0 / 1 to force either. The launcher sees the module's `cudal2_epi_wide` and encodes C's
 // box to match.
 // TIMELINE=1 (bench/cta_timeline.py only; never in a filed kernel): each CTA stamps %globaltimer and
@@ -106,7 +108,8 @@
 #define SUB_COLS (BN / SUBTILE)           // columns staged at once
 #ifndef EPI_WIDE        // one unswizzled TMA-store box SUB_COLS wide (see the header)
 // A value, not an expression of EPI_COLS: the #undef below would turn such an expression off
-// where it is read later (the first try, 2026-12-06: C never stored, caught by the checker).
+// where it is read later (the first try, H100 run 115: a wide box staged with the 32-byte
+// swizzle's addresses, C wrong, caught by the GPU checker).
 #if EPI_COLS == 16 && SUB_COLS >= 112
 #define EPI_WIDE 1
 #else
