@@ -245,11 +245,19 @@ def test_wgmma_epi_direct(gpu_device, layout, text):
                                   "bm=64 bn=48 warps=4 stages=4 warp_spec=0"])
 @pytest.mark.parametrize("layout", ["nn", "nt"])
 def test_wgmma_epi_wide(gpu_device, layout, text):
+    _check_epi_wide(gpu_device, text, (BASE.with_layout(layout), Problem(33, 384, 1000, layout)), forced=True)
+
+
+def _check_epi_wide(gpu_device, text: str, problems, forced: bool) -> None:
+    """Each problem: the spec built with EPI_WIDE forced on (or as rendered), its module says it is
+    wide (the launcher encodes C's box from that), and it passes the full checker."""
     from cudal2.backends import get_backend
     be = get_backend("cuda")
-    for p in (BASE.with_layout(layout), Problem(33, 384, 1000, layout)):
+    for p in problems:
         spec = validate(KernelSpec.parse(f"backend=cuda family=wgmma {text}"), p, gpu_device)
-        kernel = be.load(be.compile_source(spec, "#define EPI_WIDE 1\n" + be.render(spec, p), gpu_device.arch, layout))
+        art = (be.compile_source(spec, "#define EPI_WIDE 1\n" + be.render(spec, p), gpu_device.arch, p.layout)
+               if forced else be.compile(spec, p, gpu_device))
+        kernel = be.load(art)
         assert kernel.epi_wide
         report = check_kernel(kernel, p, "cuda")
         assert report.passed, "\n".join(r.line() for r in report.results)
@@ -265,14 +273,8 @@ def test_wgmma_epi_wide(gpu_device, layout, text):
                                   "bm=128 bn=144 warps=12 stages=4 split_k=2"])
 @pytest.mark.parametrize("layout", ["nn", "nt"])
 def test_wgmma_epi_wide_by_default(gpu_device, layout, text):
-    from cudal2.backends import get_backend
-    be = get_backend("cuda")
-    for p in (BASE.with_layout(layout), Problem(33, 384, 1000, layout), Problem(1, 1000, 3000, layout)):
-        spec = validate(KernelSpec.parse(f"backend=cuda family=wgmma {text}"), p, gpu_device)
-        kernel = be.load(be.compile(spec, p, gpu_device))
-        assert kernel.epi_wide
-        report = check_kernel(kernel, p, "cuda")
-        assert report.passed, "\n".join(r.line() for r in report.results)
+    _check_epi_wide(gpu_device, text, (BASE.with_layout(layout), Problem(33, 384, 1000, layout),
+                                       Problem(1, 1000, 3000, layout)), forced=False)
 
 
 @pytest.mark.parametrize("text", ["bm=128 bn=128 warps=12 stages=5 split_k=16",
