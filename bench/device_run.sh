@@ -3,7 +3,7 @@
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
-# retime:NAME:LAYOUT[:PASSES] epi-wide[:SECONDS] recheck[:SECONDS[:VARIANT]].
+# retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -129,21 +129,6 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         [ $rc = 0 ] || break           # cut short by the time box: the next call resumes this pass
       done
       tar czf "$OUT/cublas_ev.tgz" run/cublas_ev ;;
-    epi-wide|epi-wide:*)
-      # epi-wide[:SECONDS] (default 240): issue 19's EPI_WIDE experiment (wgmma.cu: one unswizzled
-      # TMA-store box a subtile). Its GPU tests (the full checker, both layouts, off the tile grid),
-      # then each case of bench/timeline_cases_epiwide.txt timed as filed and as the variant in one
-      # offline run (cta_timeline.py), then the filed wgmma kernels whose SASS it changes against
-      # their variant (variant_sweep.py) for what is left of SECONDS.
-      secs=240; [ "$stage" != epi-wide ] && secs=${stage#epi-wide:}
-      timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 60 -rfE \
-        tests/test_backends_gpu.py -k epi_wide >"$OUT/gpu_tests_epi_wide.txt" 2>&1; tail -6 "$OUT/gpu_tests_epi_wide.txt"
-      if grep -q " passed" "$OUT/gpu_tests_epi_wide.txt" && ! grep -q "failed" "$OUT/gpu_tests_epi_wide.txt"; then
-        timeout 120 python3 bench/cta_timeline.py --out "$OUT" --cases bench/timeline_cases_epiwide.txt --before 20 \
-          --repeat 1 2>&1 | tail -4
-        timeout $((secs + 30)) python3 bench/variant_sweep.py --out "$OUT" --variant EPI_WIDE=1 --layouts nt \
-          --classes shortK,mid,small --max-seconds "$secs" 2>&1 | tail -10
-      else echo "epi-wide: GPU tests did not pass; no timing"; fi ;;
     recheck|recheck:*)
       # recheck[:SECONDS[:VARIANT]] (default 300, EPI_WIDE=0): after a template edit moved some
       # entries' SASS (`cudal2 registry rerender` left them pending, check.passed None), the filed

@@ -14,47 +14,40 @@ and .json (with the stores and the command).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import math
-import shutil
 import sqlite3
 import sys
-import tempfile
 from pathlib import Path
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    if path.endswith(".gz"):
-        tmp = tempfile.NamedTemporaryFile(suffix=".db", delete=False)
-        with gzip.open(path) as f:
-            shutil.copyfileobj(f, tmp)
-        tmp.close()
-        path = tmp.name
-    return sqlite3.connect(path)
 
 
 def best_ratios(stores: list[str], device: str, family: str) -> tuple[dict, dict]:
     """({problem: best ratio of `family`}, {problem: best ratio of any family}) over every ok
     measurement on `device`; ratio = best-cublas µs / kernel µs of the same measurement."""
     fam, anyf = {}, {}
+    from cudal2.cli.stores import sqlite_copy          # a committed .db.gz, read from a temp copy
     for s in stores:
-        con = _connect(s)
-        rows = con.execute("select spec, problem, time_us, best_cublas_us from measurements "
-                           "where status = 'ok' and device = ? and time_us > 0 and best_cublas_us > 0", (device,))
-        for spec, problem, t, bar in rows:
-            r = bar / t
-            anyf[problem] = max(anyf.get(problem, 0.0), r)
-            if f" family={family} " in f" {spec} ":
-                fam[problem] = max(fam.get(problem, 0.0), r)
-        con.close()
+        path, tmp = sqlite_copy(s, option="--stores")
+        try:
+            con = sqlite3.connect(path)
+            rows = con.execute("select spec, problem, time_us, best_cublas_us from measurements where "
+                               "status = 'ok' and device = ? and time_us > 0 and best_cublas_us > 0", (device,))
+            for spec, problem, t, bar in rows:
+                r = bar / t
+                anyf[problem] = max(anyf.get(problem, 0.0), r)
+                if f" family={family} " in f" {spec} ":
+                    fam[problem] = max(fam.get(problem, 0.0), r)
+            con.close()
+        finally:
+            if tmp is not None:
+                tmp.cleanup()
     return fam, anyf
 
 
 def _stats(xs: list[float]) -> dict:
     if not xs:
         return {"n": 0}
-    return {"n": len(xs), "geomean": round(math.exp(sum(map(math.log, xs)) / len(xs)), 4),
+    from cudal2.stats import geomean
+    return {"n": len(xs), "geomean": round(geomean(xs), 4),
             "worst": round(min(xs), 4), "best": round(max(xs), 4), "won": sum(x > 1.0 for x in xs)}
 
 
