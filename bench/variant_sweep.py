@@ -4,7 +4,7 @@ EXIT_RELAXED, A_TRIM on since run 62, 2026-12-05, so "RED_CHUNK=1 EXIT_RELAXED=0
 code) would pay on the kernels that dispatch serves, before it becomes a default.
 
   python3 bench/variant_sweep.py --out $OUT --variant "RED_CHUNK=1 EXIT_RELAXED=0 A_TRIM=0" --variant EARLY_LOAD=1 \
-      [--registry DIR] [--layouts nt] [--classes skinny,starved] [--stride 1] [--max-seconds 300]
+      [--registry DIR] [--layouts nt] [--classes skinny,starved] [--stride 1] [--max-seconds 300] [--alone]
 
 Per filed wgmma entry (the shipped registry, or --registry): the filed kernel and each variant (the
 same spec rendered behind the variant's #defines), each given the checker's random check, timed
@@ -147,6 +147,17 @@ def bench_entry(e, variants: dict[str, dict], dev, args, pre: dict | None = None
         if name in stats:
             row[f"{name} us"] = round(stats[name].median_us, 3)
             row[f"{name} ratio"] = round(stats["filed"].median_us / stats[name].median_us, 4)
+    if args.alone:
+        # Each kernel again in a run of its own (the same kernel back to back): what a variant that
+        # acts between consecutive launches (PDL) gives a chain of its own launches, where the
+        # interleaved run above puts a different kernel before every call.
+        alone = {n: timing.offline({n: (lambda k=k, c=cs[n]: k(a, b, c))}, min_ms=args.min_ms)[n].median_us
+                 for n, k in kernels.items()}
+        row["filed alone us"] = round(alone["filed"], 3)
+        for name in variants:
+            if name in alone:
+                row[f"{name} alone us"] = round(alone[name], 3)
+                row[f"{name} alone ratio"] = round(alone["filed"] / alone[name], 4)
     return row
 
 
@@ -161,6 +172,8 @@ def main(argv=None) -> int:
     ap.add_argument("--stride", type=int, default=1, help="every N-th entry")
     ap.add_argument("--min-ms", type=float, default=20.0, help="offline timing per function, at least")
     ap.add_argument("--max-seconds", type=float, default=300.0, help="start no entry after this many seconds")
+    ap.add_argument("--alone", action="store_true",
+                    help="also time each kernel in a run of its own (back to back with itself)")
     ap.add_argument("--procs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
     args = ap.parse_args(argv)
     from cudal2.stats import SHAPE_CLASSES
@@ -188,6 +201,7 @@ def main(argv=None) -> int:
     meta = {"command": " ".join([sys.executable, *sys.argv]), "device": dev.key, "versions": collect(),
             "variants": variants, "entries": len(todo)}
     t1 = time.monotonic()
+    names = list(variants) + ([f"{n} alone" for n in variants] if args.alone else [])
     pre = precompile(todo, variants, args.procs)
     same = sum(1 for v, _ in pre.values() if v)
     print(f"compiled {len(pre)} (entry, variant) pairs in {time.monotonic() - t1:.0f} s; {same} with the filed "
@@ -207,9 +221,9 @@ def main(argv=None) -> int:
               + "; ".join(f"{n} {row.get(n + ' ratio', row.get(n + ' note'))}" for n in variants), flush=True)
         ok = [r for r in rows if "filed_us" in r]
         write_rows_csv(out / f"{tag}.csv", rows, (meta["command"], f"device {dev.key} commit {source_commit()}"))
-        (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(ok, list(variants)),
+        (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(ok, names),
                                                      "rows": rows}, indent=1))
-    summary = summarize([r for r in rows if "filed_us" in r], list(variants))
+    summary = summarize([r for r in rows if "filed_us" in r], names)
     for g, per in summary.items():
         print(g, "; ".join(f"{n}: {v['geomean'] and round(v['geomean'], 4)} over {v['n']} "
                            f"({v['wins']} won, {v['losses']} lost)" for n, v in per.items()))

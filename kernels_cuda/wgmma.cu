@@ -85,6 +85,18 @@
 // mbarrier on the path to the first MMA (the grid store's small-shape floors: wgmma 5.2-5.6 µs over
 // its modelled core, the cp.async families 4.48-4.51; NOTES 2026-12-05). Longer K keeps the TMA ring. The kernel then takes A's and B's
 // pointers after M, N, K (the launcher sees the module's `cudal2_lite_cp`).
+// PDL (0 in every filed kernel; an experiment): programmatic dependent launch. The launcher launches
+// with programmatic stream serialization (it sees the module's `cudal2_pdl`), so the kernel's launch
+// and prologue (barrier init, the descriptor prefetch) may overlap the tail of the kernel before it in
+// the stream; every thread waits (griddepcontrol.wait: the grids it depends on complete, their writes
+// visible) before any global load or store. Its own dependents (a following PDL launch, scheduled
+// once every CTA of this grid has triggered or exited, so all of ours are resident by then) are
+// triggered (griddepcontrol.launch_dependents; a CTA's first trigger counts): PDL=1 right after the
+// wait; PDL=2 late, once the CTA's last loads are issued (the producer) or its last mainloop is done
+// (lite); PDL=3 never (at exit). H100 2026-12-06: with an event after every call (the offline loop)
+// PDL=1 changes nothing (0.997-0.999x over 163 filed kernels, run 122); without one (400 launches
+// back to back, or CUDA-graph replays) PDL=1 is 1.1-1.3x on small shapes but 0.65-0.8x on some
+// skinny ones with large rings (runs 123-124).
 
 #define THREADS (WARPS * 32)
 // BK's swizzle atoms (KA columns each, rows of K_ROW_BYTES, KATOMS per k-tile): hopper.cuh.
@@ -169,6 +181,15 @@ __device__ int cudal2_epi_wide;   // tells the launcher to encode C's box SUB_CO
 #error "LITE_CP: the lite schedule (warp_spec 0), layout nt, BK 64, no 2-CTA cluster, no EARLY_LOAD"
 #endif
 __device__ int cudal2_lite_cp;  // tells the launcher to pass A's and B's pointers after M, N, K
+#endif
+#ifndef PDL
+#define PDL 0           // programmatic dependent launch (see the header)
+#endif
+#if PDL
+#if EARLY_LOAD
+#error "PDL: EARLY_LOAD loads before the dependency wait"
+#endif
+__device__ int cudal2_pdl;      // tells the launcher to launch with programmatic stream serialization
 #endif
 #if A_TRIM
 #if CLUSTER > 1
@@ -377,6 +398,13 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #endif
     }
     cluster_sync();    // barriers initialised (and visible cluster-wide) before anyone uses them
+#if PDL
+    // Nothing above touched global memory (the tensor maps are kernel parameters).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#if PDL == 1
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+#endif
     TL(TL_READY, threadIdx.x == TL_THREAD);
 
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
@@ -404,6 +432,9 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                     TL(TL_LOAD, u == cid && kt == kt0);
                 }
             }
+#if PDL == 2
+            asm volatile("griddepcontrol.launch_dependents;" ::: "memory");   // every load issued
+#endif
         }
     } else {
 #if CONSUMERS == 1
@@ -514,6 +545,9 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 if (++s == STAGES) { s = 0; phase ^= 1; }
             }
             wgmma_wait<0>();
+#if PDL == 2 && LITE
+            if (u + nclusters >= total) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
             TL(TL_MMA, tig == 0 && c == 0 && u == cid);
             release(prev);
 #if PINGPONG

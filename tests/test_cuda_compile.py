@@ -496,3 +496,40 @@ def test_epi_wide_default_follows_the_box_rule(backend, hopper, sass, text, wide
 
 def sass_count(text: str, op: str) -> int:
     return sum(1 for line in text.splitlines() if op in line)
+
+
+# PDL (wgmma.cu, an experiment, off in every filed kernel): the dependency wait (SASS ACQBULK) once,
+# ahead of the first TMA load; the trigger (PREEXIT) right after it (PDL=1), later (PDL=2: after the
+# producer's loads, or the lite schedule's last mainloop), or not at all (PDL=3); no spills; the symbol
+# the launcher reads; the default build has neither; EARLY_LOAD (loads before the wait) is refused.
+@pytest.mark.parametrize("text", ["bm=64 bn=64 warps=4 stages=3 warp_spec=0",
+                                  "bm=128 bn=128 warps=12 stages=4",
+                                  "bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=2",
+                                  "bm=64 bn=64 warps=4 stages=4 warp_spec=0 split_k=4",
+                                  "bm=128 bn=128 warps=12 stages=5 cluster=2"])
+@pytest.mark.parametrize("pdl", [1, 2, 3])
+def test_pdl_waits_before_the_first_load(backend, sass, text, pdl):
+    spec = _spec(f"family=wgmma {text}")
+    src = backend.render(spec, Problem(1000, 1000, 4096, "nt"))
+    art = backend.compile_source(spec, f"#define PDL {pdl}\n" + src, "sm_90a", "nt")
+    plain = backend.compile_source(spec, src, "sm_90a", "nt")
+    assert art.meta["spills_bytes"] == 0 and b"cudal2_pdl" in art.binary and b"cudal2_pdl" not in plain.binary
+    text_sass = sass(art.binary)
+    lines = text_sass.splitlines()
+    first = lambda op: next(i for i, line in enumerate(lines) if op in line)   # noqa: E731
+    assert sass_count(text_sass, "ACQBULK") == 1 and first("ACQBULK") < first("UTMALDG")
+    if pdl == 1:
+        assert sass_count(text_sass, "PREEXIT") == 1 and first("ACQBULK") < first("PREEXIT") < first("UTMALDG")
+    elif pdl == 2:
+        assert sass_count(text_sass, "PREEXIT") >= 1 and first("PREEXIT") > first("UTMALDG")
+    else:
+        assert "PREEXIT" not in text_sass
+    p = sass(plain.binary)
+    assert "ACQBULK" not in p and "PREEXIT" not in p
+
+
+def test_pdl_refuses_early_loads(backend):
+    spec = _spec("family=wgmma bm=64 bn=64 warps=4 stages=3 warp_spec=0")
+    src = backend.render(spec, Problem(512, 512, 512, "nt"))
+    with pytest.raises(Exception, match="PDL: EARLY_LOAD"):
+        backend.compile_source(spec, "#define PDL 1\n#define EARLY_LOAD 1\n" + src, "sm_90a", "nt")

@@ -1,7 +1,7 @@
 """Writing what compare measured: CSV and JSON (every figure, plus the versions), and plots.
 
 A row is a flat dict, one per shape. Columns (cand = a baseline name or `cudal2`, mode = offline |
-server):
+server | graph):
   shape M N K layout gflop class floor_us           the problem and its roofline floor
   status_<cand>                                      ok | unavailable: ... | invalid: ...
   <mode>_<cand>_<stat>                               Stats fields (median_us mean_us p50_us p99_us min_us spread n)
@@ -10,7 +10,7 @@ server):
   <mode>_cudal2_speedup_<baseline>                   t_baseline / t_cudal2
   <mode>_<cand>_roofline                             t_floor / t_cand (<= 1)
   eager_<cand>_us                                    host wall µs per call (median of repeats)
-The time a mode's ratios use is `primary(mode)`: the offline median, the server mean.
+The time a mode's ratios use is `primary(mode)`: the offline and graph medians, the server mean.
 """
 from __future__ import annotations
 
@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 SCHEMA = "cudal2.compare/1"
-MODES = ("offline", "server")
+MODES = ("offline", "server")                 # --mode both
+# graph: the PROTOCOL clock by CUDA-graph replays (cudal2.timing_graph), no event between calls
+ALL_MODES = MODES + ("graph",)
 
 
 def primary(mode: str) -> str:
-    return "median_us" if mode == "offline" else "mean_us"
+    return "mean_us" if mode == "server" else "median_us"
 
 
 # ---- versions --------------------------------------------------------------------------------------

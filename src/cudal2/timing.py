@@ -122,7 +122,7 @@ def default_clock() -> Clock:
 
 
 # ---- offline ---------------------------------------------------------------------------------------
-def _probe(fns: Mapping[str, Fn], clock: Clock, rounds: int = 3) -> tuple[dict[str, float], float]:
+def probe_calls(fns: Mapping[str, Fn], clock: Clock, rounds: int = 3) -> tuple[dict[str, float], float]:
     """Per-candidate GPU µs per call and host µs to enqueue one call (incl. its event)."""
     names = list(fns)
     # Generous (50 µs of host per call is slower than any launch path here): the probe's GPU times
@@ -142,7 +142,7 @@ def _probe(fns: Mapping[str, Fn], clock: Clock, rounds: int = 3) -> tuple[dict[s
     return {n: sorted(v)[len(v) // 2] for n, v in per.items()}, host
 
 
-def _warm(fns: Mapping[str, Fn], warmup: int, clock: Clock) -> list[str]:
+def warm_up(fns: Mapping[str, Fn], warmup: int, clock: Clock) -> list[str]:
     """Run every candidate `warmup` times (module load, autotune caches, clocks up), then sync."""
     names = list(fns)
     for _ in range(warmup):
@@ -162,8 +162,8 @@ def offline(fns: Mapping[str, Fn], *, min_calls: int = 30, min_ms: float = 100.0
     if min_calls < 1 or min_ms < 0:
         raise ValueError("min_calls must be >= 1 and min_ms >= 0")
     clock = clock or default_clock()
-    names = _warm(fns, warmup, clock)
-    est, host = _probe(fns, clock)
+    names = warm_up(fns, warmup, clock)
+    est, host = probe_calls(fns, clock)
     probe_host = host
     # 10% over the probe's estimate: the probe is three calls, the floor on total time is "~min_ms".
     target = {n: min(max_calls, max(min_calls, math.ceil(1.1 * min_ms * 1000.0 / max(est[n], 1e-3))))
@@ -221,7 +221,7 @@ def server(fns: Mapping[str, Fn], *, calls: int = 50, gap_ms: float = 2.0, seed:
         raise ValueError("calls must be >= 1 and gap_ms >= 0")
     clock = clock or default_clock()
     rng = random.Random(seed)
-    names = _warm(fns, warmup, clock)
+    names = warm_up(fns, warmup, clock)
     marks = []
     # A lead for the first calls: later the gaps (2 ms mean) keep the GPU far behind the host, but a
     # short first gap would let the start event fire before the host has issued the call.

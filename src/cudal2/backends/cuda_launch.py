@@ -88,6 +88,8 @@ class CudaKernel:
             # EPI_WIDE (wgmma.cu: on where the swizzled boxes would be 16 columns, 7 or more of them):
             # C's store box is a whole subtile wide, unswizzled.
             self.epi_wide = d.cuModuleGetGlobal(self.module, b"cudal2_epi_wide")[0] == d.CUresult.CUDA_SUCCESS
+            # PDL (wgmma.cu, an experiment): launched with programmatic stream serialization.
+            self.pdl = d.cuModuleGetGlobal(self.module, b"cudal2_pdl")[0] == d.CUresult.CUDA_SUCCESS
         self.sm_count = self.device_info.sm_count     # read once by cudal2.device, not asked again
         self.threads = self.spec.warps * 32
         if self.family == "wgmma" and self.spec.cluster > 1:
@@ -144,8 +146,11 @@ class CudaKernel:
 
     def _launch(self, name: str, grid: tuple[int, int, int], block: int, smem: int, stream: int, args) -> None:
         d = _drv()
-        res = d.cuLaunchKernel(self.funcs[name], grid[0], grid[1], grid[2], block, 1, 1, smem, stream,
-                               ctypes.addressof(args), 0)
+        if self.pdl and name == "cudal2_wgmma":
+            res = pdl_launcher(self.funcs[name], grid[0], block, smem)(stream, ctypes.addressof(args))
+        else:
+            res = d.cuLaunchKernel(self.funcs[name], grid[0], grid[1], grid[2], block, 1, 1, smem, stream,
+                                   ctypes.addressof(args), 0)
         # Hot path: the error label (about 0.4 us to format) is built only when the launch failed.
         if (res[0] if isinstance(res, tuple) else res) != d.CUresult.CUDA_SUCCESS:
             check(res, f"cuLaunchKernel({name}, grid={grid}, block={block})")
@@ -243,6 +248,7 @@ class CudaKernel:
     a_trim: bool = False
     lite_cp: bool = False
     epi_wide: bool = False
+    pdl: bool = False
     _ab: tuple | list = ()          # LITE_CP: the slots of A's and B's pointers
 
     def _cluster_capacity(self) -> int:
@@ -386,6 +392,9 @@ class CudaKernel:
         g0 = self._grid_wgmma(M, N)
         f, threads, smem = self.funcs["cudal2_wgmma"], self.threads, self.smem
         launch, ok, idx = d.cuLaunchKernel, d.CUresult.CUDA_SUCCESS, self.device_index
+        if self.pdl:
+            ex = pdl_launcher(f, g0, threads, smem)
+            launch = lambda f, g0, _y, _z, _t, _by, _bz, _smem, s, a_args, _x: ex(s, a_args)  # noqa: E731
         stream = stream_getter()
         bshape = (K, N) if self.layout == "nn" else (N, K)
         split, wss = self._global_split(), self._ws_streams
@@ -415,6 +424,27 @@ class CudaKernel:
                 check(res, f"cuLaunchKernel(cudal2_wgmma {M}x{N}x{K}, grid=({g0}, 1, 1), block={threads})")
         run.keep = (args, slots)        # bare addresses in args: keep every slot object alive
         return run
+
+
+def pdl_launcher(f, grid_x: int, block: int, smem: int):
+    """launch(stream, args_address): `f` on a 1-D grid with programmatic stream serialization (a
+    kernel built with wgmma.cu's PDL waits for its dependencies itself). The launch config is built
+    once; a call sets its stream and launches."""
+    d = _drv()
+    cfg = d.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid_x, 1, 1
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
+    cfg.sharedMemBytes = smem
+    attr = d.CUlaunchAttribute()
+    attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    cfg.attrs, cfg.numAttrs = [attr], 1
+    ex, stream_t = d.cuLaunchKernelEx, d.CUstream
+
+    def launch(stream: int, args: int):
+        cfg.hStream = stream_t(stream)
+        return ex(cfg, f, args, 0)
+    return launch
 
 
 def a_box_rows(rows: int, M: int, trim: bool) -> int:

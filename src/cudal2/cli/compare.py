@@ -1,15 +1,19 @@
 """`cudal2 compare`: cudal2's kernel (or none) beside the five baselines, by the PROTOCOL clock.
 
-  cudal2 compare [--shapes grid|grid:N|FILE|MxNxK,...] [--layout nn|nt] [--mode offline|server|both]
+  cudal2 compare [--shapes grid|grid:N|FILE|MxNxK,...] [--layout nn|nt] [--mode offline|server|graph|both|LIST]
                  [--baselines LIST] [--registry PATH | --spec TEXT] [--csv F] [--json F] [--plot F.png]
 
 Per shape: fresh randn inputs, the fp32 reference once, every baseline checked against it (and the
 cudal2 kernel through check_kernel), then all candidates timed together (interleaved) in each mode,
-plus each one's eager host latency. `measure_shape` and `summaries` are the machinery that
-bench/grid_baselines.py reuses.
+plus each one's eager host latency. Mode `graph` is the PROTOCOL clock by CUDA-graph replays
+(cudal2.timing_graph: no event between calls, where the offline loop records one after every call,
+which costs a ~5 µs kernel ~2 µs of GPU time, H100 2026-12-06); with it the whole shape runs on a side
+stream (capture cannot use the legacy default stream). `measure_shape` and `summaries` are the
+machinery that bench/grid_baselines.py reuses.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -17,9 +21,11 @@ from typing import Callable, Optional
 
 import typer
 
-from ..report import MODES, primary
+from ..report import ALL_MODES, MODES, primary
 
 STATS = ("median_us", "mean_us", "p50_us", "p99_us", "min_us", "spread", "n")
+GRAPH_REPLAYS = 30      # graph mode: replays per candidate (each ~300 µs of calls; the median is the figure)
+_SIDE: dict = {}        # graph mode: one side stream per device, made once
 
 
 @dataclass
@@ -94,7 +100,21 @@ def kernel_source(spec_text: Optional[str], registry: Optional[str], device) -> 
 def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, device="cuda", strict=False) -> dict:
     """One row (report.py's columns) for one problem. `device` is "cuda" but for CPU tests. `strict`:
     a baseline that serves the layout but could not be built raises BaselineUnavailable (one line)
-    rather than leaving best-cublas without it."""
+    rather than leaving best-cublas without it. With mode graph all of it (the baselines' prepare
+    included: the cuBLAS handle keeps that stream) runs on a side stream."""
+    import torch
+    ctx = contextlib.nullcontext()
+    if "graph" in modes and device == "cuda":
+        dev = torch.cuda.current_device()
+        if dev not in _SIDE:
+            _SIDE[dev] = torch.cuda.Stream()
+        _SIDE[dev].wait_stream(torch.cuda.current_stream())
+        ctx = torch.cuda.stream(_SIDE[dev])
+    with ctx:
+        return _measure_shape(problem, names, cfg, modes, peak, kernel_for, device, strict)
+
+
+def _measure_shape(problem, names, cfg: Config, modes, peak, kernel_for, device, strict) -> dict:
     import torch
     from .. import baselines, timing
     from ..check import reference
@@ -145,6 +165,9 @@ def measure_shape(problem, names, cfg: Config, modes, peak, kernel_for=None, dev
     for mode in modes:
         if mode == "offline":
             st = timing.offline(fns, min_calls=cfg.min_calls, min_ms=cfg.min_ms)
+        elif mode == "graph":
+            from .. import timing_graph
+            st = timing_graph.graph(fns, replays=GRAPH_REPLAYS)
         else:
             st = timing.server(fns, calls=cfg.server_calls, gap_ms=cfg.gap_ms, seed=cfg.seed)
         for n, s in st.items():
@@ -247,18 +270,21 @@ def parse_baselines(text: str) -> tuple[str, ...]:
 
 
 def parse_modes(mode: str) -> tuple[str, ...]:
+    """offline | server | graph | both (offline and server) | a comma list of the three."""
     from .errors import UserError
     if mode == "both":
         return MODES
-    if mode not in MODES:
-        raise UserError(f"--mode {mode!r}: choose offline, server or both")
-    return (mode,)
+    out = tuple(dict.fromkeys(m.strip() for m in mode.split(",") if m.strip()))
+    if not out or any(m not in ALL_MODES for m in out):
+        raise UserError(f"--mode {mode!r}: choose offline, server, graph, both, or a comma list such as offline,graph")
+    return out
 
 
 def compare_cmd(
     shapes: str = typer.Option("grid:50", "--shapes", help="grid | grid:N (every N-th) | FILE | MxNxK,..."),
     layout: str = typer.Option("nn", "--layout", help="nn (B is [K,N]) or nt (B is [N,K])"),
-    mode: str = typer.Option("offline", "--mode", help="offline, server or both"),
+    mode: str = typer.Option("offline", "--mode", help="offline, server, graph (CUDA-graph replays: no event "
+                             "between calls), both (offline and server) or a comma list, e.g. offline,graph"),
     baselines_arg: Optional[str] = typer.Option(
         None, "--baselines", help="all (the default: compare refuses to run when one cannot be built, e.g. "
         "nvmath-python missing) or a comma list of baselines, e.g. torch, to run on those alone"),

@@ -1,0 +1,162 @@
+"""The filed wgmma kernels, their PDL builds and the cuBLAS baselines under both PROTOCOL clocks: the
+offline loop (an event after every call) and CUDA-graph replays (cudal2.timing_graph: no event between
+calls). Why: on a ~5 µs kernel the per-call event costs ~2 µs of GPU time and takes programmatic
+dependent launch's overlap away (H100 2026-12-06, bench/pdl_probe.py); which ratios move, and does a
+PDL build beat best-cublas where no event sits between calls?
+
+  python3 bench/graph_clock.py --out $OUT [--classes small,skinny] [--layouts nt] [--per-class 16]
+      [--variant PDL=1 --variant PDL=2 ...] [--max-us 12] [--max-seconds 300]
+
+Per shape (the card's filed wgmma entries of the classes asked, spread over their filed times, at
+most --per-class a class and layout): the filed kernel, its builds with each --variant's template
+macros (default PDL=1: wgmma.cu's programmatic dependent launch) and the baselines of the layout, each checked (random) and bound to one side stream (graph capture cannot
+use the legacy default stream; the cuBLAS handle keeps the stream of its prepare); then timed
+interleaved by the offline loop and by graph replays. Writes graph_clock_<card>_<commit>.csv (a row
+per shape: each candidate's µs per clock, best-cublas per clock, filed and PDL over best-cublas per
+clock) and .json (the command, versions, rows, the geomean per class and layout), after every shape.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cta_timeline import build_variant, prefix  # noqa: E402
+from variant_sweep import entries, parse_variant, variant_name  # noqa: E402
+
+BASELINES = {"nn": ("torch", "cublas-nn", "cublaslt-heuristic", "cublaslt-autotune"),
+             "nt": ("torch", "cublas-tn", "cublaslt-heuristic", "cublaslt-autotune")}
+CLOCKS = ("offline", "graph")
+
+
+def pick(todo: list, per_class: int) -> list:
+    """At most per_class entries a (class, layout), spread evenly over their filed times."""
+    from cudal2.stats import shape_class
+    groups: dict = {}
+    for e in todo:
+        groups.setdefault((shape_class(e.prob.M, e.prob.N, e.prob.K), e.prob.layout), []).append(e)
+    out = []
+    for g in groups.values():
+        g.sort(key=lambda e: e.time_us or 0.0)
+        step = max(1, math.ceil(len(g) / per_class))
+        out += g[::step][:per_class]
+    return out
+
+
+def summarize(rows: list[dict]) -> dict:
+    out: dict = {}
+    for r in rows:
+        for g in ("all", f"{r['class']}:{r['layout']}"):
+            for k in [k for k in r if k.endswith(" / best-cublas")]:
+                out.setdefault(g, {}).setdefault(k, []).append(r[k])
+    return {g: {k: {"n": len(v), "geomean": round(math.exp(sum(map(math.log, v)) / len(v)), 4),
+                    "worst": min(v), "wins": sum(x > 1.0 for x in v)} for k, v in per.items()}
+            for g, per in out.items()}
+
+
+def bench_shape(e, dev, args, variants: dict[str, dict]) -> dict:
+    import torch
+
+    from cudal2 import baselines, timing, timing_graph
+    from cudal2.backends import build_kernel
+    from cudal2.check import check_kernel, make_inputs
+    from cudal2.spec import KernelSpec
+    from cudal2.stats import shape_class
+    p, spec = e.prob, KernelSpec.parse(e.spec)
+    row = {"problem": p.text, "layout": p.layout, "class": shape_class(p.M, p.N, p.K), "spec": e.spec,
+           "filed_at_us": e.time_us}
+    ks = {"filed": build_kernel(spec, p, dev)}
+    ks.update({n: build_variant(spec, p, dev, prefix(d)) for n, d in variants.items()})
+    for n, k in ks.items():
+        rep = check_kernel(k, p, "cuda", checks=("random",))
+        if not rep.passed:
+            raise RuntimeError(f"{n} failed the check: {rep.reason}")
+    a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(p.M + 3 * p.N + 7 * p.K))
+    reasons: dict = {}
+    outs = {n: torch.empty(p.M, p.N, dtype=torch.float16, device="cuda") for n in (*ks, "base")}
+    fns = {n: (lambda k=k, c=outs[n]: k(a, b, c)) for n, k in ks.items()}
+    fns.update(baselines.prepare(BASELINES[p.layout], p, a, b, outs["base"], reasons=reasons))
+    if reasons:
+        row["baselines_missing"] = "; ".join(f"{k}: {v[:60]}" for k, v in reasons.items())
+    st = {"offline": timing.offline(fns, min_ms=args.min_ms),
+          "graph": timing_graph.graph(fns, replays=args.replays)}
+    for clock in CLOCKS:
+        for n, s in st[clock].items():
+            row[f"{n} {clock} us"] = round(s.median_us, 3)
+        best_name, best_us = baselines.best(st[clock])
+        row[f"best-cublas {clock}"] = best_name
+        row[f"best-cublas {clock} us"] = round(best_us, 3)
+        for n in ks:
+            row[f"{n} {clock} / best-cublas"] = round(best_us / st[clock][n].median_us, 4)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--classes", default="small,skinny")
+    ap.add_argument("--layouts", default="nt")
+    ap.add_argument("--per-class", type=int, default=16, help="shapes a (class, layout), at most")
+    ap.add_argument("--variant", action="append", metavar="'NAME=INT ...'",
+                    help="one variant's template macros (repeat for more; default PDL=1)")
+    ap.add_argument("--max-us", type=float, default=0.0, help="only entries filed at most this many µs (0: any)")
+    ap.add_argument("--min-ms", type=float, default=15.0, help="offline timing per candidate, at least")
+    ap.add_argument("--replays", type=int, default=30, help="graph replays per candidate")
+    ap.add_argument("--max-seconds", type=float, default=300.0, help="start no shape after this many seconds")
+    args = ap.parse_args(argv)
+    from cudal2.stats import SHAPE_CLASSES
+    layouts = [x for x in args.layouts.split(",") if x]
+    classes = [x for x in args.classes.split(",") if x]
+    if not set(layouts) <= {"nn", "nt"} or not set(classes) <= set(SHAPE_CLASSES) or args.per_class < 1:
+        ap.error(f"--layouts from nn,nt; --classes from {','.join(SHAPE_CLASSES)}; --per-class >= 1")
+    try:
+        variants = {variant_name(d): d for d in map(parse_variant, args.variant or ["PDL=1"])}
+    except ValueError as ex:
+        ap.error(str(ex))
+    t0 = time.monotonic()
+    import torch
+    if not torch.cuda.is_available():
+        print("error: no CUDA GPU: this benchmark times kernels on the GPU", file=sys.stderr)
+        return 3
+    from cudal2.device import current
+    from cudal2.registry import Registry
+    from cudal2.report import write_rows_csv
+    from cudal2.versions import collect, source_commit
+    dev = current()
+    todo = [e for e in entries(Registry.load(None), dev.key, layouts, classes, 1)
+            if not args.max_us or (e.time_us and e.time_us <= args.max_us)]
+    todo = pick(todo, args.per_class)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = f"graph_clock_{dev.key}_{source_commit()}"
+    meta = {"command": " ".join([sys.executable, *sys.argv]), "device": dev.key, "versions": collect(),
+            "shapes": len(todo), "variants": variants}
+    rows: list[dict] = []
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):           # capture needs a side stream; baselines bind to it
+        for i, e in enumerate(todo):
+            if time.monotonic() - t0 > args.max_seconds:
+                meta["stopped_early"] = f"{i} of {len(todo)}"
+                break
+            try:
+                row = bench_shape(e, dev, args, variants)
+            except Exception as ex:          # one shape's failure is a row, not an outage
+                row = {"problem": e.problem, "spec": e.spec, "note": f"{type(ex).__name__}: {str(ex)[:200]}"}
+            rows.append(row)
+            print(f"[{i + 1}/{len(todo)}] {e.problem}: " + "; ".join(
+                f"{k} {v}" for k, v in row.items() if k.endswith("/ best-cublas") or k == "note"), flush=True)
+            ok = [r for r in rows if "note" not in r]
+            write_rows_csv(out / f"{tag}.csv", rows, (meta["command"], f"device {dev.key} commit {source_commit()}"))
+            (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(ok), "rows": rows}, indent=1))
+    summary = summarize([r for r in rows if "note" not in r])
+    for g, per in summary.items():
+        print(g, "; ".join(f"{k}: {v['geomean']} (worst {v['worst']}, {v['wins']}/{v['n']} won)" for k, v in per.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""bench/graph_clock.py and bench/pdl_probe.py without a GPU: which filed entries graph_clock picks,
+its summary arithmetic, and both scripts' refusals; the timing needs a card."""
+import math
+import types
+
+import pytest
+from bench_import import load_bench
+
+from cudal2.problems import Problem
+
+gc = load_bench("graph_clock")
+pp = load_bench("pdl_probe")
+
+
+def _entry(shape: str, t: float):
+    return types.SimpleNamespace(prob=Problem.parse(shape), time_us=t, problem=shape)
+
+
+def test_pick_spreads_each_class_and_layout_over_its_filed_times():
+    small = [_entry(f"64x64x{64 * i}:nt", float(i)) for i in range(1, 11)]        # small, 1..10 µs
+    skinny = [_entry("64x8192x4096:nt", 20.0), _entry("64x16384x4096:nt", 30.0)]
+    got = gc.pick(list(reversed(small)) + skinny, 4)
+    times = sorted(e.time_us for e in got if e.prob.N == 64)
+    assert times == [1.0, 4.0, 7.0, 10.0]            # every 3rd of 10 by filed time, at most 4
+    assert sum(e.prob.N > 64 for e in got) == 2      # a class with fewer than the cap keeps them all
+
+
+def test_summary_per_class_layout_and_all():
+    rows = [{"class": "small", "layout": "nt", "filed graph / best-cublas": 1.2, "PDL=3 graph / best-cublas": 1.5},
+            {"class": "small", "layout": "nt", "filed graph / best-cublas": 0.8, "PDL=3 graph / best-cublas": 1.0},
+            {"class": "skinny", "layout": "nn", "filed graph / best-cublas": 1.1, "PDL=3 graph / best-cublas": 0.9}]
+    s = gc.summarize(rows)
+    assert s["small:nt"]["filed graph / best-cublas"]["geomean"] == pytest.approx(math.sqrt(1.2 * 0.8), abs=1e-4)
+    assert s["small:nt"]["PDL=3 graph / best-cublas"] == {"n": 2, "geomean": pytest.approx(math.sqrt(1.5), abs=1e-4),
+                                                          "worst": 1.0, "wins": 1}
+    assert s["all"]["filed graph / best-cublas"]["n"] == 3 and s["skinny:nn"]["PDL=3 graph / best-cublas"]["wins"] == 0
+
+
+def test_bad_arguments_are_refused(tmp_path):
+    for bad in (["--variant", "PDL"], ["--classes", "tiny"], ["--layouts", "tn"], ["--per-class", "0"]):
+        with pytest.raises(SystemExit):
+            gc.main(["--out", str(tmp_path / "g"), *bad])
+    for bad in (["--pdl", "4"], ["--calls", "0"], ["--max-entries", "0"]):
+        with pytest.raises(SystemExit):
+            pp.main(["--out", str(tmp_path / "p"), *bad])
+    assert not (tmp_path / "g").exists() and not (tmp_path / "p").exists()
