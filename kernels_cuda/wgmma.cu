@@ -85,7 +85,7 @@
 // mbarrier on the path to the first MMA (the grid store's small-shape floors: wgmma 5.2-5.6 µs over
 // its modelled core, the cp.async families 4.48-4.51; NOTES 2026-12-05). Longer K keeps the TMA ring. The kernel then takes A's and B's
 // pointers after M, N, K (the launcher sees the module's `cudal2_lite_cp`).
-// PDL (0 in every filed kernel; an experiment): programmatic dependent launch. The launcher launches
+// PDL (3 by default since 2026-12-06; 0 turns it off): programmatic dependent launch. The launcher launches
 // with programmatic stream serialization (it sees the module's `cudal2_pdl`), so the kernel's launch
 // and prologue (barrier init, the descriptor prefetch) may overlap the tail of the kernel before it in
 // the stream; every thread waits (griddepcontrol.wait: the grids it depends on complete, their writes
@@ -96,7 +96,10 @@
 // (lite); PDL=3 never (at exit). H100 2026-12-06: with an event after every call (the offline loop)
 // PDL=1 changes nothing (0.997-0.999x over 163 filed kernels, run 122); without one (400 launches
 // back to back, or CUDA-graph replays) PDL=1 is 1.1-1.3x on small shapes but 0.65-0.8x on some
-// skinny ones with large rings (runs 123-124).
+// skinny ones with large rings (runs 123-124). PDL=3, the default: over 115 filed kernels of every
+// class 1.127x best-cublas on the graph clock where the same kernels without it ran 1.078x, worst
+// 0.985 (run 126); offline 0.999x of them (the wait's cost). EARLY_LOAD (loads before the wait) turns
+// the default off.
 
 #define THREADS (WARPS * 32)
 // BK's swizzle atoms (KA columns each, rows of K_ROW_BYTES, KATOMS per k-tile): hopper.cuh.
@@ -182,8 +185,12 @@ __device__ int cudal2_epi_wide;   // tells the launcher to encode C's box SUB_CO
 #endif
 __device__ int cudal2_lite_cp;  // tells the launcher to pass A's and B's pointers after M, N, K
 #endif
-#ifndef PDL
-#define PDL 0           // programmatic dependent launch (see the header)
+#ifndef PDL            // programmatic dependent launch (see the header)
+#if EARLY_LOAD
+#define PDL 0
+#else
+#define PDL 3
+#endif
 #endif
 #if PDL
 #if EARLY_LOAD

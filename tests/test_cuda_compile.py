@@ -498,10 +498,11 @@ def sass_count(text: str, op: str) -> int:
     return sum(1 for line in text.splitlines() if op in line)
 
 
-# PDL (wgmma.cu, an experiment, off in every filed kernel): the dependency wait (SASS ACQBULK) once,
-# ahead of the first TMA load; the trigger (PREEXIT) right after it (PDL=1), later (PDL=2: after the
-# producer's loads, or the lite schedule's last mainloop), or not at all (PDL=3); no spills; the symbol
-# the launcher reads; the default build has neither; EARLY_LOAD (loads before the wait) is refused.
+# PDL (wgmma.cu; 3 by default since 2026-12-06): the dependency wait (SASS ACQBULK) once, ahead of the
+# first TMA load; the trigger (PREEXIT) right after it (PDL=1), later (PDL=2: after the producer's
+# loads, or the lite schedule's last mainloop), or not at all (PDL=3); no spills; the symbol the
+# launcher reads; PDL=0 has neither; the default is PDL=3's machine code; EARLY_LOAD (loads before the
+# wait) is refused with PDL and turns the default off.
 @pytest.mark.parametrize("text", ["bm=64 bn=64 warps=4 stages=3 warp_spec=0",
                                   "bm=128 bn=128 warps=12 stages=4",
                                   "bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=2",
@@ -512,7 +513,7 @@ def test_pdl_waits_before_the_first_load(backend, sass, text, pdl):
     spec = _spec(f"family=wgmma {text}")
     src = backend.render(spec, Problem(1000, 1000, 4096, "nt"))
     art = backend.compile_source(spec, f"#define PDL {pdl}\n" + src, "sm_90a", "nt")
-    plain = backend.compile_source(spec, src, "sm_90a", "nt")
+    plain = backend.compile_source(spec, "#define PDL 0\n" + src, "sm_90a", "nt")
     assert art.meta["spills_bytes"] == 0 and b"cudal2_pdl" in art.binary and b"cudal2_pdl" not in plain.binary
     text_sass = sass(art.binary)
     lines = text_sass.splitlines()
@@ -526,6 +527,9 @@ def test_pdl_waits_before_the_first_load(backend, sass, text, pdl):
         assert "PREEXIT" not in text_sass
     p = sass(plain.binary)
     assert "ACQBULK" not in p and "PREEXIT" not in p
+    if pdl == 3:
+        from cudal2.backends.sass import same_machine_code
+        assert same_machine_code("#define PDL 3\n" + src, src, "sm_90a")
 
 
 def test_pdl_refuses_early_loads(backend):
@@ -533,3 +537,5 @@ def test_pdl_refuses_early_loads(backend):
     src = backend.render(spec, Problem(512, 512, 512, "nt"))
     with pytest.raises(Exception, match="PDL: EARLY_LOAD"):
         backend.compile_source(spec, "#define PDL 1\n#define EARLY_LOAD 1\n" + src, "sm_90a", "nt")
+    early = backend.compile_source(spec, "#define EARLY_LOAD 1\n" + src, "sm_90a", "nt")   # default off
+    assert b"cudal2_pdl" not in early.binary

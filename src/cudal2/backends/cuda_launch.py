@@ -88,7 +88,9 @@ class CudaKernel:
             # EPI_WIDE (wgmma.cu: on where the swizzled boxes would be 16 columns, 7 or more of them):
             # C's store box is a whole subtile wide, unswizzled.
             self.epi_wide = d.cuModuleGetGlobal(self.module, b"cudal2_epi_wide")[0] == d.CUresult.CUDA_SUCCESS
-            # PDL (wgmma.cu, an experiment): launched with programmatic stream serialization.
+            # PDL (wgmma.cu's default since 2026-12-06; the module says so): launched with programmatic
+            # stream serialization, so its launch overlaps the previous kernel's tail where no event
+            # sits between them (the kernel waits for its dependencies itself).
             self.pdl = d.cuModuleGetGlobal(self.module, b"cudal2_pdl")[0] == d.CUresult.CUDA_SUCCESS
         self.sm_count = self.device_info.sm_count     # read once by cudal2.device, not asked again
         self.threads = self.spec.warps * 32
@@ -244,7 +246,7 @@ class CudaKernel:
 
     # CTAs a persistent cluster launch may have resident at once (None: one per SM).
     cluster_ctas: int | None = None
-    # wgmma built with A_TRIM / LITE_CP / EPI_WIDE (read off the module when loaded).
+    # wgmma built with A_TRIM / LITE_CP / EPI_WIDE / PDL (read off the module when loaded).
     a_trim: bool = False
     lite_cp: bool = False
     epi_wide: bool = False
