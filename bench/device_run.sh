@@ -3,7 +3,7 @@
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
-# retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]].
+# retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -130,18 +130,19 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       done
       tar czf "$OUT/cublas_ev.tgz" run/cublas_ev ;;
     recheck|recheck:*)
-      # recheck[:SECONDS[:VARIANT]] (default 300, EPI_WIDE=0): after a template edit moved some
+      # recheck[:SECONDS[:VARIANT]] (default 300, PDL=0,EPI_WIDE=0): after a template edit moved some
       # entries' SASS (`cudal2 registry rerender` left them pending, check.passed None), the filed
-      # kernels of this card against the old code (VARIANT: the edit of 2026-12-06; entries whose SASS
-      # it does not change are not timed), then `registry verify --gpu --render --record` on an export of
+      # kernels of this card against the old code (VARIANT: the edits of 2026-12-06, PDL on by default
+      # and EPI_WIDE by rule; entries whose SASS it does not change are not timed; on the offline
+      # clock, where PDL is 0.999x), then `registry verify --gpu --render --record` on an export of
       # the tree's registry (the sweep's parallel compiles warm its cache). Files: the sweep's CSV /
       # JSON, verify_gpu.txt, index_rechecked.json.gz (copy it over src/cudal2/registry/index.json
       # after checking that only check fields moved).
-      IFS=: read -r _ secs variant <<<"$stage"; secs=${secs:-300}; variant=${variant:-EPI_WIDE=0}
+      IFS=: read -r _ secs variant <<<"$stage"; secs=${secs:-300}; variant=${variant:-PDL=0,EPI_WIDE=0}
       timeout $((secs - 100)) python3 bench/variant_sweep.py --out "$OUT" --variant "$variant" \
         --max-seconds $((secs - 160)) 2>&1 | tail -12
       rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
-      timeout 170 cudal2 registry verify --gpu --render --record --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
+      timeout 230 cudal2 registry verify --gpu --render --record --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
       tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz" ;;
     retime:*)
       # retime:NAME:LAYOUT[:PASSES] (default 2): the registry's dispatch at bench/NAME.txt's shapes
@@ -155,6 +156,18 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
           --registry src/cudal2/registry --min-ms 15 --server-calls 20 --no-table \
           --json "$OUT/retime_${rname}_${rlay}_p$pass.json" 2>&1 | tail -4
       done ;;
+    graph:*)
+      # graph:SHAPES:LAYOUT[:SECONDS] (default 420): the registry as dispatched on SHAPES (a
+      # `--shapes` value: a file such as bench/graph_small_nt.txt, grid, grid:N) beside the five
+      # baselines on both PROTOCOL clocks, offline and CUDA-graph replays (no event between calls:
+      # where wgmma's PDL shows; H100 run 127: ~1.8 s a shape). Resumable: the JSON is rewritten as
+      # rows come in, so a later call with the same JSON (carry it back into run/) goes on.
+      IFS=: read -r _ gshapes glay gsecs <<<"$stage"
+      gname=$(basename "$gshapes" .txt | tr -c 'A-Za-z0-9_\n-' _)
+      mkdir -p run && gjson="run/graph_${gname}_${glay}.json"
+      timeout "${gsecs:-420}" cudal2 compare --shapes "$gshapes" --layout "$glay" --mode offline,graph \
+        --registry src/cudal2/registry --min-ms 15 --eager-ms 2 --no-table --json "$gjson" --resume 2>&1 | tail -12
+      gzip -c "$gjson" >"$OUT/$(basename "$gjson").gz" ;;
     *)
       echo "unknown stage $stage" ;;
   esac

@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -283,6 +284,28 @@ class _Driver:
     def cuGetErrorName(self, err):
         return (0, b"CUDA_ERROR_INVALID_VALUE")
 
+    # cuLaunchKernelEx and its config (PDL launches): recorded like cuLaunchKernel, tagged.
+    class CUlaunchConfig:
+        pass
+
+    class CUlaunchAttribute:
+        def __init__(self):
+            self.id, self.value = None, types.SimpleNamespace(programmaticStreamSerializationAllowed=0)
+
+    class CUlaunchAttributeID:
+        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = "programmatic"
+
+    @staticmethod
+    def CUstream(s):
+        return ("stream", s)
+
+    def cuLaunchKernelEx(self, cfg, f, args, extra):
+        (attr,) = cfg.attrs[:cfg.numAttrs]
+        pdl = attr.id == "programmatic" and attr.value.programmaticStreamSerializationAllowed == 1
+        self.launches.append((f, (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ), (cfg.blockDimX, cfg.blockDimY,
+                              cfg.blockDimZ), cfg.sharedMemBytes, cfg.hStream[1], _unpack(args, f), pdl))
+        return (0,)
+
 
 _LAYOUT = {"mma": ("Q", "Q", "Q", "Q", "i", "i", "i"), "red": ("Q", "Q", "i", "i"),
            "wgmma": ("128s", "128s", "128s", "Q", "Q", "Q", "i", "i", "i")}
@@ -318,7 +341,7 @@ def _stand_in_kernel(family: str, layout: str, text: str, monkeypatch):
     k.family, k.layout, k.device_index, k.sm_count = family, layout, 0, 4
     k.funcs = {n: n for n in cuda_launch.KERNELS[family]}
     k.threads, k.smem, k._ws, k._tmaps, k._binds = k.spec.warps * 32, 1024, None, {}, {}
-    k._ws_streams = {}
+    k._ws_streams, k._pdl_ex = {}, {}
     k._u64 = [ctypes.c_uint64() for _ in range(4)]
     k._i32 = [ctypes.c_int() for _ in range(3)]
     if family == "wgmma":
@@ -431,3 +454,21 @@ def test_lite_cp_kernels_get_a_and_b_pointers(monkeypatch):
     a2 = torch.empty(M, K, dtype=h)
     f(a2, b, c)
     assert drv.launches[2][5][9:] == [a2.data_ptr(), b.data_ptr()]
+
+
+@pytest.mark.parametrize("text", ["bm=128 bn=128 warps=12 stages=4", "bm=64 bn=64 warps=4 stages=4 warp_spec=0 split_k=4"])
+def test_pdl_kernels_launch_with_programmatic_serialization(monkeypatch, text):
+    """A wgmma module with `cudal2_pdl` (wgmma.cu's default since 2026-12-06) launches through
+    cuLaunchKernelEx with programmatic stream serialization, per call and bound alike, with the same
+    grid, block, shared memory, stream and arguments as the plain launch."""
+    import torch
+    k, drv = _stand_in_kernel("wgmma", "nt", text, monkeypatch)
+    M, N, K = 200, 256, 512
+    h = torch.float16
+    a, b, c = torch.empty(M, K, dtype=h), torch.empty(N, K, dtype=h), torch.empty(M, N, dtype=h)
+    k._run(M, N, K, a, b, c, k._stream(None))
+    plain = drv.launches.pop()
+    k.pdl = True
+    k._run(M, N, K, a, b, c, k._stream(None))
+    k.bind(M, N, K)(a, b, c)
+    assert len(drv.launches) == 2 and drv.launches[0] == drv.launches[1] == (*plain, True)

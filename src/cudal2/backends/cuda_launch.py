@@ -19,7 +19,7 @@ from ..problems import Problem
 from ..spec import cluster_split, is_valid
 from .base import Artifact, stream_getter
 from .cuda_stream import StreamLauncher
-from .driver import check as check_with, drv
+from .driver import check as check_with, drv, pdl_launcher
 
 _TMAP_CACHE_MAX = 64          # distinct (pointer, shape) operand pairs kept encoded per kernel
 _MAX_BINDS = 256              # problem sizes bound per kernel before the table is reset
@@ -98,6 +98,7 @@ class CudaKernel:
             self.cluster_ctas = self._cluster_capacity()
         self._ws = None
         self._ws_streams: dict = {}       # wgmma split-K: stream -> (partials, counters)
+        self._pdl_ex: dict = {}           # PDL: (grid, block, smem) -> its cuLaunchKernelEx launcher
         self._tmaps: dict[tuple, tuple[bytes, ...]] = {}
         # Argument slots and the void* array pointing at them, built once.
         self._u64 = [ctypes.c_uint64() for _ in range(4)]
@@ -149,7 +150,13 @@ class CudaKernel:
     def _launch(self, name: str, grid: tuple[int, int, int], block: int, smem: int, stream: int, args) -> None:
         d = _drv()
         if self.pdl and name == "cudal2_wgmma":
-            res = pdl_launcher(self.funcs[name], grid[0], block, smem)(stream, ctypes.addressof(args))
+            key = (grid[0], block, smem)          # the launch config, built once per grid
+            ex = self._pdl_ex.get(key)
+            if ex is None:
+                if len(self._pdl_ex) >= _MAX_BINDS:
+                    self._pdl_ex.clear()
+                ex = self._pdl_ex[key] = pdl_launcher(d, self.funcs[name], grid[0], block, smem)
+            res = ex(stream, ctypes.addressof(args))
         else:
             res = d.cuLaunchKernel(self.funcs[name], grid[0], grid[1], grid[2], block, 1, 1, smem, stream,
                                    ctypes.addressof(args), 0)
@@ -395,7 +402,8 @@ class CudaKernel:
         f, threads, smem = self.funcs["cudal2_wgmma"], self.threads, self.smem
         launch, ok, idx = d.cuLaunchKernel, d.CUresult.CUDA_SUCCESS, self.device_index
         if self.pdl:
-            ex = pdl_launcher(f, g0, threads, smem)
+            # the same call shape as cuLaunchKernel's below, through the PDL launcher
+            ex = pdl_launcher(d, f, g0, threads, smem)
             launch = lambda f, g0, _y, _z, _t, _by, _bz, _smem, s, a_args, _x: ex(s, a_args)  # noqa: E731
         stream = stream_getter()
         bshape = (K, N) if self.layout == "nn" else (N, K)
@@ -426,27 +434,6 @@ class CudaKernel:
                 check(res, f"cuLaunchKernel(cudal2_wgmma {M}x{N}x{K}, grid=({g0}, 1, 1), block={threads})")
         run.keep = (args, slots)        # bare addresses in args: keep every slot object alive
         return run
-
-
-def pdl_launcher(f, grid_x: int, block: int, smem: int):
-    """launch(stream, args_address): `f` on a 1-D grid with programmatic stream serialization (a
-    kernel built with wgmma.cu's PDL waits for its dependencies itself). The launch config is built
-    once; a call sets its stream and launches."""
-    d = _drv()
-    cfg = d.CUlaunchConfig()
-    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid_x, 1, 1
-    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
-    cfg.sharedMemBytes = smem
-    attr = d.CUlaunchAttribute()
-    attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    attr.value.programmaticStreamSerializationAllowed = 1
-    cfg.attrs, cfg.numAttrs = [attr], 1
-    ex, stream_t = d.cuLaunchKernelEx, d.CUstream
-
-    def launch(stream: int, args: int):
-        cfg.hStream = stream_t(stream)
-        return ex(cfg, f, args, 0)
-    return launch
 
 
 def a_box_rows(rows: int, M: int, trim: bool) -> int:

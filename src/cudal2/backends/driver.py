@@ -1,5 +1,6 @@
 """The CUDA driver API as the CUDA backend's launchers use it: the bindings module, loaded once,
-and `check`, which turns a failed call into LaunchError naming the CUDA error."""
+`check`, which turns a failed call into LaunchError naming the CUDA error, and `pdl_launcher`, a
+launch with programmatic stream serialization (wgmma's PDL)."""
 from __future__ import annotations
 
 import functools
@@ -23,3 +24,23 @@ def check(result, what: str, d=None):
         label = name.decode() if e2 == d.CUresult.CUDA_SUCCESS and name else str(err)
         raise LaunchError(f"{what} failed: {label}")
     return rest[0] if len(rest) == 1 else (rest or None)
+
+
+def pdl_launcher(d, f, grid_x: int, block: int, smem: int):
+    """launch(stream, args_address): `f` on a 1-D grid with programmatic stream serialization, through
+    the driver module `d` (a kernel built with wgmma.cu's PDL waits for its dependencies itself). The
+    launch config is built once; a call sets its stream and launches."""
+    cfg = d.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid_x, 1, 1
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
+    cfg.sharedMemBytes = smem
+    attr = d.CUlaunchAttribute()
+    attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    cfg.attrs, cfg.numAttrs = [attr], 1
+    ex, stream_t = d.cuLaunchKernelEx, d.CUstream
+
+    def launch(stream: int, args: int):
+        cfg.hStream = stream_t(stream)
+        return ex(cfg, f, args, 0)
+    return launch
