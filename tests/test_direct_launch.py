@@ -472,3 +472,6 @@ def test_pdl_kernels_launch_with_programmatic_serialization(monkeypatch, text):
     k._run(M, N, K, a, b, c, k._stream(None))
     k.bind(M, N, K)(a, b, c)
     assert len(drv.launches) == 2 and drv.launches[0] == drv.launches[1] == (*plain, True)
+    k._run(M, N, K, a, b, c, 78)          # another stream: the cached launcher's config follows it
+    k._run(M, N, K, a, b, c, 77)
+    assert [x[4] for x in drv.launches[2:]] == [78, 77] and len(k._pdl_ex) == 1

@@ -39,8 +39,10 @@ def pdl_launcher(d, f, grid_x: int, block: int, smem: int):
     attr.value.programmaticStreamSerializationAllowed = 1
     cfg.attrs, cfg.numAttrs = [attr], 1
     ex, stream_t = d.cuLaunchKernelEx, d.CUstream
+    last = [None]                 # the stream cfg holds: a call on the same stream sets nothing
 
     def launch(stream: int, args: int):
-        cfg.hStream = stream_t(stream)
+        if stream != last[0]:
+            cfg.hStream, last[0] = stream_t(stream), stream
         return ex(cfg, f, args, 0)
     return launch
