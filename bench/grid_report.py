@@ -34,7 +34,7 @@ from pathlib import Path
 
 from cudal2.stats import CLASSES
 
-MODES = {"offline": "median_us", "server": "mean_us"}
+MODES = {"offline": "median_us", "server": "mean_us", "graph": "median_us"}   # graph: CUDA-graph replays
 
 
 def ratios(rows: list[dict], mode: str, baseline: str | None, how: str) -> dict[str, float]:
