@@ -5,9 +5,9 @@ dependent launch's overlap away (H100 2026-12-06, bench/pdl_probe.py); which rat
 PDL build beat best-cublas where no event sits between calls?
 
   python3 bench/graph_clock.py --out $OUT [--classes small,skinny] [--layouts nt] [--per-class 16]
-      [--variant PDL=1 --variant PDL=2 ...] [--max-us 12] [--max-seconds 300]
+      [--variant PDL=1 --variant PDL=2 ...] [--families wgmma,mma,stream] [--max-us 12] [--max-seconds 300]
 
-Per shape (the card's filed wgmma entries of the classes asked, spread over their filed times, at
+Per shape (the card's filed CUDA entries of the families (default wgmma) and classes asked, spread over their filed times, at
 most --per-class a class and layout): the filed kernel, its builds with each --variant's template
 macros (default PDL=1: wgmma.cu's programmatic dependent launch) and the baselines of the layout, each checked (random) and bound to one side stream (graph capture cannot
 use the legacy default stream; the cuBLAS handle keeps the stream of its prepare); then timed
@@ -103,6 +103,8 @@ def main(argv=None) -> int:
     ap.add_argument("--per-class", type=int, default=16, help="shapes a (class, layout), at most")
     ap.add_argument("--variant", action="append", metavar="'NAME=INT ...'",
                     help="one variant's template macros (repeat for more; default PDL=1)")
+    ap.add_argument("--families", default="wgmma", help="CUDA families whose filed entries to time "
+                    "(wgmma, mma, stream: each has a PDL template macro)")
     ap.add_argument("--max-us", type=float, default=0.0, help="only entries filed at most this many µs (0: any)")
     ap.add_argument("--min-ms", type=float, default=15.0, help="offline timing per candidate, at least")
     ap.add_argument("--replays", type=int, default=30, help="graph replays per candidate")
@@ -111,8 +113,11 @@ def main(argv=None) -> int:
     from cudal2.stats import SHAPE_CLASSES
     layouts = [x for x in args.layouts.split(",") if x]
     classes = [x for x in args.classes.split(",") if x]
-    if not set(layouts) <= {"nn", "nt"} or not set(classes) <= set(SHAPE_CLASSES) or args.per_class < 1:
-        ap.error(f"--layouts from nn,nt; --classes from {','.join(SHAPE_CLASSES)}; --per-class >= 1")
+    families = [x for x in args.families.split(",") if x]
+    if not set(layouts) <= {"nn", "nt"} or not set(classes) <= set(SHAPE_CLASSES) or args.per_class < 1 \
+            or not families or not set(families) <= {"wgmma", "mma", "stream"}:
+        ap.error(f"--layouts from nn,nt; --classes from {','.join(SHAPE_CLASSES)}; --per-class >= 1; "
+                 "--families from wgmma,mma,stream")
     try:
         variants = {variant_name(d): d for d in map(parse_variant, args.variant or ["PDL=1"])}
     except ValueError as ex:
@@ -127,7 +132,7 @@ def main(argv=None) -> int:
     from cudal2.report import write_rows_csv
     from cudal2.versions import collect, source_commit
     dev = current()
-    todo = [e for e in entries(Registry.load(None), dev.key, layouts, classes, 1)
+    todo = [e for e in entries(Registry.load(None), dev.key, layouts, classes, 1, families)
             if not args.max_us or (e.time_us and e.time_us <= args.max_us)]
     todo = pick(todo, args.per_class)
     out = Path(args.out)

@@ -539,3 +539,27 @@ def test_pdl_refuses_early_loads(backend):
         backend.compile_source(spec, "#define PDL 1\n#define EARLY_LOAD 1\n" + src, "sm_90a", "nt")
     early = backend.compile_source(spec, "#define EARLY_LOAD 1\n" + src, "sm_90a", "nt")   # default off
     assert b"cudal2_pdl" not in early.binary
+
+
+# PDL in the mma and stream families (an experiment, 0 in every filed kernel): every entry point
+# waits once (ACQBULK) before anything else it does, the module carries the symbol the launcher reads,
+# no spills; on sm_80 (no griddepcontrol) PDL=1 builds the plain kernel; the default is PDL=0's code.
+@pytest.mark.parametrize("text, shape, entries", [
+    ("family=mma bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2", "100x64x96:nt", 3),
+    ("family=mma bm=64 bn=64 bk=32 warps=4 stages=3", "100x64x96:nn", 3),    # the reduce is built too
+    ("family=stream bm=64 bn=16 bk=32 warps=4 stages=4 group_m=1 split_k=2", "16x4096x4096:nt", 2)])
+def test_pdl_in_mma_and_stream(backend, sass, text, shape, entries):
+    from cudal2.backends.sass import same_machine_code
+    spec, p = _spec(text), Problem.parse(shape)
+    src = backend.render(spec, p)
+    art = backend.compile_source(spec, "#define PDL 1\n" + src, "sm_90a", p.layout)
+    code = sass(art.binary)
+    assert sass_count(code, "ACQBULK") == entries and "PREEXIT" not in code
+    assert b"cudal2_pdl" in art.binary and art.meta["spills_bytes"] == 0
+    for fn in code.split("Function : ")[1:]:            # the wait comes before any load or store
+        lines = fn.splitlines()
+        first = lambda ops: next((i for i, line in enumerate(lines) if any(o in line for o in ops)), len(lines))  # noqa: E731
+        assert first(["ACQBULK"]) < first(["LDG", "LDGSTS", "STG", "ATOM", "RED"])
+    old = backend.compile_source(spec, "#define PDL 1\n" + src, "sm_80", p.layout)
+    assert b"cudal2_pdl" not in old.binary and "ACQBULK" not in sass(old.binary)
+    assert same_machine_code("#define PDL 0\n" + src, src, "sm_90a")

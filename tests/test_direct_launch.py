@@ -341,7 +341,7 @@ def _stand_in_kernel(family: str, layout: str, text: str, monkeypatch):
     k.family, k.layout, k.device_index, k.sm_count = family, layout, 0, 4
     k.funcs = {n: n for n in cuda_launch.KERNELS[family]}
     k.threads, k.smem, k._ws, k._tmaps, k._binds = k.spec.warps * 32, 1024, None, {}, {}
-    k._ws_streams, k._pdl_ex = {}, {}
+    k._ws_streams = {}
     k._u64 = [ctypes.c_uint64() for _ in range(4)]
     k._i32 = [ctypes.c_int() for _ in range(3)]
     if family == "wgmma":
@@ -474,4 +474,4 @@ def test_pdl_kernels_launch_with_programmatic_serialization(monkeypatch, text):
     assert len(drv.launches) == 2 and drv.launches[0] == drv.launches[1] == (*plain, True)
     k._run(M, N, K, a, b, c, 78)          # another stream: the cached launcher's config follows it
     k._run(M, N, K, a, b, c, 77)
-    assert [x[4] for x in drv.launches[2:]] == [78, 77] and len(k._pdl_ex) == 1
+    assert [x[4] for x in drv.launches[2:]] == [78, 77] and all(x[6] for x in drv.launches)

@@ -37,7 +37,8 @@ def test_summary_per_class_layout_and_all():
 
 
 def test_bad_arguments_are_refused(tmp_path):
-    for bad in (["--variant", "PDL"], ["--classes", "tiny"], ["--layouts", "tn"], ["--per-class", "0"]):
+    for bad in (["--variant", "PDL"], ["--classes", "tiny"], ["--layouts", "tn"], ["--per-class", "0"],
+                ["--families", "tiled"]):
         with pytest.raises(SystemExit):
             gc.main(["--out", str(tmp_path / "g"), *bad])
     for bad in (["--pdl", "4"], ["--calls", "0"], ["--max-entries", "0"]):

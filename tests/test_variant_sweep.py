@@ -26,6 +26,8 @@ def test_entries_are_the_filed_wgmma_kernels_of_the_classes_asked_for():
     every = vs.entries(reg, key, ["nn", "nt"], [], 1)
     assert len(every) == sum(1 for e in reg.all(key) if e.backend == "cuda" and "family=wgmma" in e.spec)
     assert vs.entries(reg, key, ["nn", "nt"], [], 3) == every[::3]
+    other = vs.entries(reg, key, ["nn", "nt"], [], 1, ("mma", "stream"))
+    assert other and all(" family=mma " in f" {e.spec} " or " family=stream " in f" {e.spec} " for e in other)
 
 
 def test_summary_geomean_wins_and_losses():

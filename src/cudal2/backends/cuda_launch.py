@@ -19,7 +19,7 @@ from ..problems import Problem
 from ..spec import cluster_split, is_valid
 from .base import Artifact, stream_getter
 from .cuda_stream import StreamLauncher
-from .driver import check as check_with, drv, pdl_launcher
+from .driver import check as check_with, drv, pdl_launch
 
 _TMAP_CACHE_MAX = 64          # distinct (pointer, shape) operand pairs kept encoded per kernel
 _MAX_BINDS = 256              # problem sizes bound per kernel before the table is reset
@@ -88,17 +88,16 @@ class CudaKernel:
             # EPI_WIDE (wgmma.cu: on where the swizzled boxes would be 16 columns, 7 or more of them):
             # C's store box is a whole subtile wide, unswizzled.
             self.epi_wide = d.cuModuleGetGlobal(self.module, b"cudal2_epi_wide")[0] == d.CUresult.CUDA_SUCCESS
-            # PDL (wgmma.cu's default since 2026-12-06; the module says so): launched with programmatic
-            # stream serialization, so its launch overlaps the previous kernel's tail where no event
-            # sits between them (the kernel waits for its dependencies itself).
-            self.pdl = d.cuModuleGetGlobal(self.module, b"cudal2_pdl")[0] == d.CUresult.CUDA_SUCCESS
+        # PDL (wgmma.cu's default since 2026-12-06; an experiment in mma.cu / stream.cu; the module
+        # says so): launched with programmatic stream serialization, so its launch overlaps the
+        # previous kernel's tail where no event sits between them (the kernel waits for it itself).
+        self.pdl = d.cuModuleGetGlobal(self.module, b"cudal2_pdl")[0] == d.CUresult.CUDA_SUCCESS
         self.sm_count = self.device_info.sm_count     # read once by cudal2.device, not asked again
         self.threads = self.spec.warps * 32
         if self.family == "wgmma" and self.spec.cluster > 1:
             self.cluster_ctas = self._cluster_capacity()
         self._ws = None
         self._ws_streams: dict = {}       # wgmma split-K: stream -> (partials, counters)
-        self._pdl_ex: dict = {}           # PDL: (grid, block, smem) -> its cuLaunchKernelEx launcher
         self._tmaps: dict[tuple, tuple[bytes, ...]] = {}
         # Argument slots and the void* array pointing at them, built once.
         self._u64 = [ctypes.c_uint64() for _ in range(4)]
@@ -147,19 +146,19 @@ class CudaKernel:
             return stream_getter()(self.device_index)
         return stream.cuda_stream if hasattr(stream, "cuda_stream") else int(stream)
 
+    def _launcher(self, d):
+        """d.cuLaunchKernel, or (a module built with PDL) its drop-in with programmatic stream
+        serialization, made once per kernel."""
+        if not self.pdl:
+            return d.cuLaunchKernel
+        if self._pdl_fn is None:
+            self._pdl_fn = pdl_launch(d)
+        return self._pdl_fn
+
     def _launch(self, name: str, grid: tuple[int, int, int], block: int, smem: int, stream: int, args) -> None:
         d = _drv()
-        if self.pdl and name == "cudal2_wgmma":
-            key = (grid[0], block, smem)          # the launch config, built once per grid
-            ex = self._pdl_ex.get(key)
-            if ex is None:
-                if len(self._pdl_ex) >= _MAX_BINDS:
-                    self._pdl_ex.clear()
-                ex = self._pdl_ex[key] = pdl_launcher(d, self.funcs[name], grid[0], block, smem)
-            res = ex(stream, ctypes.addressof(args))
-        else:
-            res = d.cuLaunchKernel(self.funcs[name], grid[0], grid[1], grid[2], block, 1, 1, smem, stream,
-                                   ctypes.addressof(args), 0)
+        res = self._launcher(d)(self.funcs[name], grid[0], grid[1], grid[2], block, 1, 1, smem, stream,
+                                ctypes.addressof(args), 0)
         # Hot path: the error label (about 0.4 us to format) is built only when the launch failed.
         if (res[0] if isinstance(res, tuple) else res) != d.CUresult.CUDA_SUCCESS:
             check(res, f"cuLaunchKernel({name}, grid={grid}, block={block})")
@@ -253,11 +252,12 @@ class CudaKernel:
 
     # CTAs a persistent cluster launch may have resident at once (None: one per SM).
     cluster_ctas: int | None = None
-    # wgmma built with A_TRIM / LITE_CP / EPI_WIDE / PDL (read off the module when loaded).
+    # wgmma built with A_TRIM / LITE_CP / EPI_WIDE, any family with PDL (read off the module when loaded).
     a_trim: bool = False
     lite_cp: bool = False
     epi_wide: bool = False
     pdl: bool = False
+    _pdl_fn = None                  # PDL: the cuLaunchKernel drop-in (driver.pdl_launch), made on first use
     _ab: tuple | list = ()          # LITE_CP: the slots of A's and B's pointers
 
     def _cluster_capacity(self) -> int:
@@ -360,7 +360,7 @@ class CudaKernel:
         split = sp.split_k
         g0 = _cdiv(M, sp.bm) * _cdiv(N, sp.bn)
         threads, smem, need = self.threads, self.smem, split * M * N
-        launch, ok, idx = d.cuLaunchKernel, d.CUresult.CUDA_SUCCESS, self.device_index
+        launch, ok, idx = self._launcher(d), d.CUresult.CUDA_SUCCESS, self.device_index
         stream = stream_getter()
         if split > 1:
             f_red = self.funcs["cudal2_splitk_reduce"]
@@ -400,11 +400,7 @@ class CudaKernel:
         a_args = ctypes.addressof(args)
         g0 = self._grid_wgmma(M, N)
         f, threads, smem = self.funcs["cudal2_wgmma"], self.threads, self.smem
-        launch, ok, idx = d.cuLaunchKernel, d.CUresult.CUDA_SUCCESS, self.device_index
-        if self.pdl:
-            # the same call shape as cuLaunchKernel's below, through the PDL launcher
-            ex = pdl_launcher(d, f, g0, threads, smem)
-            launch = lambda f, g0, _y, _z, _t, _by, _bz, _smem, s, a_args, _x: ex(s, a_args)  # noqa: E731
+        launch, ok, idx = self._launcher(d), d.CUresult.CUDA_SUCCESS, self.device_index
         stream = stream_getter()
         bshape = (K, N) if self.layout == "nn" else (N, K)
         split, wss = self._global_split(), self._ws_streams

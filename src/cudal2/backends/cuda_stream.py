@@ -92,7 +92,7 @@ class StreamLauncher:
         a_args = ctypes.addressof(args)
         name, (gx, gy, gz) = plan(self.spec, M, N, K)
         f, threads, smem = self.k.funcs[name], self.threads, self.smem[name]
-        launch, ok, idx = d.cuLaunchKernel, d.CUresult.CUDA_SUCCESS, self.k.device_index
+        launch, ok, idx = self.k._launcher(d), d.CUresult.CUDA_SUCCESS, self.k.device_index
         stream = stream_getter()
         split = self.spec.split_k > 1
         bufs = self.buffers

@@ -1,6 +1,6 @@
 """The CUDA driver API as the CUDA backend's launchers use it: the bindings module, loaded once,
-`check`, which turns a failed call into LaunchError naming the CUDA error, and `pdl_launcher`, a
-launch with programmatic stream serialization (wgmma's PDL)."""
+`check`, which turns a failed call into LaunchError naming the CUDA error, and `pdl_launch`, a
+cuLaunchKernel with programmatic stream serialization (the families' PDL)."""
 from __future__ import annotations
 
 import functools
@@ -26,23 +26,31 @@ def check(result, what: str, d=None):
     return rest[0] if len(rest) == 1 else (rest or None)
 
 
-def pdl_launcher(d, f, grid_x: int, block: int, smem: int):
-    """launch(stream, args_address): `f` on a 1-D grid with programmatic stream serialization, through
-    the driver module `d` (a kernel built with wgmma.cu's PDL waits for its dependencies itself). The
-    launch config is built once; a call sets its stream and launches."""
-    cfg = d.CUlaunchConfig()
-    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid_x, 1, 1
-    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
-    cfg.sharedMemBytes = smem
-    attr = d.CUlaunchAttribute()
-    attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    attr.value.programmaticStreamSerializationAllowed = 1
-    cfg.attrs, cfg.numAttrs = [attr], 1
+def pdl_launch(d):
+    """A drop-in for d.cuLaunchKernel (same arguments, same result) that launches through
+    cuLaunchKernelEx with programmatic stream serialization: the kernel (built with a family's PDL)
+    waits for the grids before it itself, so its launch may overlap their tail. One launch config per
+    (function, grid, block, shared memory), built once; its stream is set only when it changes."""
+    configs: dict = {}
     ex, stream_t = d.cuLaunchKernelEx, d.CUstream
-    last = [None]                 # the stream cfg holds: a call on the same stream sets nothing
+    prog = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
-    def launch(stream: int, args: int):
-        if stream != last[0]:
-            cfg.hStream, last[0] = stream_t(stream), stream
-        return ex(cfg, f, args, 0)
+    def launch(f, gx, gy, gz, bx, by, bz, smem, stream, args, extra):
+        key = (id(f), gx, gy, gz, bx, by, bz, smem)
+        ent = configs.get(key)
+        if ent is None:
+            if len(configs) >= 256:
+                configs.clear()
+            cfg = d.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bx, by, bz
+            cfg.sharedMemBytes = smem
+            attr = d.CUlaunchAttribute()
+            attr.id = prog
+            attr.value.programmaticStreamSerializationAllowed = 1
+            cfg.attrs, cfg.numAttrs = [attr], 1
+            ent = configs[key] = [cfg, None, f]        # f kept alive with its key's id
+        if ent[1] != stream:
+            ent[0].hStream, ent[1] = stream_t(stream), stream
+        return ex(ent[0], f, args, extra)
     return launch
