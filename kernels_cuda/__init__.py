@@ -3,7 +3,8 @@
 `render(spec, layout)` returns one self-contained translation unit: a `#define` preamble with the
 spec's knobs, common.cuh, for the wgmma family hopper.cuh (its PTX wrappers) and a generated wgmma
 wrapper (one inline-asm statement with BN/2 accumulator operands, too long to write by hand for
-every width), then the family's .cu.
+every width), for the others pdl.cuh (their programmatic-dependent-launch macro), then the
+family's .cu.
 No #include: NVRTC compiles it with no CUDA headers, so a CPU-only machine needs only the wheel.
 """
 from __future__ import annotations
@@ -71,5 +72,7 @@ def render(spec: KernelSpec, layout: str) -> str:
     parts = ["\n".join(head), _read("common.cuh")]
     if spec.family == "wgmma":
         parts += [_read("hopper.cuh"), _wgmma_wrapper(spec.bn)]
+    else:
+        parts.append(_read("pdl.cuh"))        # wgmma.cu has its own PDL (trigger variants, default)
     parts.append(_read(f"{spec.family}.cu"))
     return "\n".join(parts)

@@ -1,26 +1,11 @@
 // cudal2 mma family (sm_80+): cp.async multi-stage pipeline -> XOR-swizzled smem -> ldmatrix ->
 // mma.sync m16n8k16 (fp16 in, fp32 accumulate) -> guarded fp16 stores (or an fp32 split-K slice).
-// Knobs arrive as macros from the renderer: BM BN BK WARPS WM WN STAGES GROUP_M SPLIT_K LAYOUT_NT.
+// Knobs arrive as macros from the renderer: BM BN BK WARPS WM WN STAGES GROUP_M SPLIT_K LAYOUT_NT;
+// PDL (pdl.cuh, an experiment, 0): every entry point waits for the grids before it first.
 //   LAYOUT_NT=0: B is [K,N] row-major (smem [BK][BN], read with ldmatrix.trans)
 //   LAYOUT_NT=1: B is [N,K] row-major (smem [BN][BK], read like A)
 // Two entry points share one body: _vec (16-byte cp.async, needs K%8==N%8==0 and 16-byte aligned
 // pointers) and _scalar (element-wise predicated loads, any shape); the host picks per call.
-
-// PDL (0 in every filed kernel; an experiment, as wgmma.cu's PDL was until 2026-12-06): programmatic
-// dependent launch. Each entry point first waits for the grids before it in the stream
-// (griddepcontrol.wait: complete, their writes visible) and the launcher, seeing `cudal2_pdl`,
-// launches it with programmatic stream serialization: its launch overlaps their tail where no event
-// sits between calls (wgmma, H100 2026-12-06: 1.127x best-cublas over 115 filed kernels on the
-// graph clock where it ran 1.078x without). sm_90+ only: on an older arch nothing changes.
-#ifndef PDL
-#define PDL 0
-#endif
-#if PDL && __CUDA_ARCH__ >= 900
-__device__ int cudal2_pdl;      // tells the launcher to launch with programmatic stream serialization
-#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
-#else
-#define PDL_WAIT() do { } while (0)
-#endif
 
 #define THREADS (WARPS * 32)
 #define TM (BM / WM)                  // warp tile rows
