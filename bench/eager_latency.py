@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 
 import cudal2
-from cudal2 import ops, timing
+from cudal2 import ops, plans, timing
 from cudal2.device import current
 from cudal2.problems import Problem, parse_shapes, problems_from_hf_config
 
@@ -105,7 +105,7 @@ def bench_shapes(problems, calls: int, family: str) -> list[dict]:
         served = getattr(plan, "info", "no plan")
         kern = getattr(plan, "kernel", None)
         launch = getattr(plan, "launch", None) or getattr(plan, "kern", None)
-        if isinstance(plan, ops._KernelPlan) and launch is not None:
+        if isinstance(plan, plans.KernelPlan) and launch is not None:
             fns["launch"] = lambda: launch(a, b, c3)
         if kern is not None and hasattr(kern, "_jit_launch"):
             fns["jit"] = lambda: kern._jit_launch(a, b, c3)
@@ -145,7 +145,7 @@ def bench_model(tokens, calls: int, family: str) -> list[dict]:
             err = (torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want)).item()
             gpu = timing.offline(fns, min_calls=10, min_ms=50.0)
             eager = {k: timing.eager(f, calls=max(10, calls // 20)) for k, f in fns.items()}
-        kern = sum(isinstance(pl, ops._KernelPlan) for pl in ops._PLANS.values())
+        kern = sum(isinstance(pl, plans.KernelPlan) for pl in ops._PLANS.values())
         row = {"part": 2, "family": family, "tokens": t, "patched_layers": n, "kernel_plans_total": kern,
                "rel_err_vs_unpatched": err,
                **{f"{k}_gpu_us": v.median_us for k, v in gpu.items()},

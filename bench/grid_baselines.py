@@ -119,7 +119,7 @@ def main(argv=None) -> int:
         ap.error("--retime-stale needs --registry (what dispatch runs is the registry's)")
 
     from cudal2.baselines import NAMES
-    from cudal2.cli.compare import Config, measure_shape, summaries, summary_lines
+    from cudal2.cli.compare_measure import Config, measure_shape, summaries, summary_lines
     from cudal2.device import current, gpu_available
     from cudal2.problems import grid
     from cudal2.report import MODES, versions, write_csv, write_json, write_plots

@@ -112,7 +112,7 @@ def _time(fn, calls: int, repeats: int) -> float:
 def measure(shapes: str, calls: int, repeats: int, families: list[str]) -> list[dict]:
     _stub_triton()
     import cudal2
-    from cudal2 import ops
+    from cudal2 import ops, plans
     from cudal2.backends import triton as tb
     from cudal2.backends.base import Artifact
     from cudal2.device import DeviceInfo
@@ -148,7 +148,7 @@ def measure(shapes: str, calls: int, repeats: int, families: list[str]) -> list[
                 def jit():
                     mod.launch(a, b, c, p.layout, cex, opts, None)
             shape = torch.Size((p.M, p.N))
-            make = getattr(ops, "_kernel_plan", ops._KernelPlan)     # the plan the registry would build
+            make = plans.kernel_plan     # the plan the registry would build
             noop_plan = make(_Noop(), p.M, p.N, p.K, shape, a.device, "noop")
             row = {"problem": p.text, "family": fam, "spec": spec.text,
                    "jit_us": _time(jit, calls, repeats),

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 
 def main(argv=None) -> int:
-    from cudal2.cli.compare import summaries
+    from cudal2.cli.compare_measure import summaries
     from cudal2.compare_rows import first_run_ts, settle
     from cudal2.problems import Problem
     from cudal2.registry import Registry, RegistryError

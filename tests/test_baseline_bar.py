@@ -103,7 +103,7 @@ def test_compare_refuses_before_any_gpu_work(no_nvmath, monkeypatch):
 
 def test_compare_measure_shape_strict_refuses_a_dropped_baseline():
     from cudal2 import timing
-    from cudal2.cli.compare import Config, measure_shape
+    from cudal2.cli.compare_measure import Config, measure_shape
     peak = timing.Peak(device="cpu", flops=1e12, bw=1e11, launch_us=1.0)
     cfg = Config(min_calls=2, min_ms=0.0)
     with pytest.raises(baselines.BaselineUnavailable, match="baseline cublas-tn could not be built"):

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cudal2 import baselines, report
 from cudal2.cli import app
-from cudal2.cli.compare import STATS, _ratios, summaries, summary_lines
+from cudal2.cli.compare_measure import STATS, _ratios, summaries, summary_lines
 from cudal2.problems import Problem
 from cudal2.spec import KernelSpec
 from cudal2.stats import Stats
@@ -149,7 +149,8 @@ def test_no_gpu_is_one_line_and_nonzero():
 def test_measure_shape_pipeline_on_cpu(monkeypatch, tmp_path):
     """measure_shape -> rows -> summaries -> files, end to end, with torch on CPU tensors."""
     from cudal2 import timing
-    from cudal2.cli.compare import Config, measure_shape, save
+    from cudal2.cli.compare import save
+    from cudal2.cli.compare_measure import Config, measure_shape
     monkeypatch.setattr(timing, "default_clock", lambda: HostClock())
     peak = timing.Peak(device="cpu", flops=1e12, bw=1e11, launch_us=1.0)
     cfg = Config(min_calls=5, min_ms=1.0, server_calls=5, gap_ms=0.1, eager_ms=1.0)

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from cudal2.cli import compare_resume as cr
-from cudal2.cli.compare import Config, summaries
+from cudal2.cli.compare_measure import Config, summaries
 from cudal2.problems import Problem
 from cudal2.report import MODES, read_json, write_json
 

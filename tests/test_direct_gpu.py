@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import cudal2
-from cudal2 import ops
+from cudal2 import ops, plans
 from cudal2.backends import get_backend
 from cudal2.problems import Problem
 from cudal2.registry import Entry, Registry
@@ -154,7 +154,7 @@ def test_graph_capture_of_warm_direct_call(registry, p):
             cudal2.matmul(a, b, layout=p.layout, out=out)
     torch.cuda.current_stream().wait_stream(s)
     plan = ops._PLANS[(a.shape, b.shape, a.dtype, b.dtype, a.device, b.device, p.layout, False)]
-    assert isinstance(plan, ops._BoundPlan), plan.info
+    assert isinstance(plan, plans.BoundPlan), plan.info
     for k in ops._KERNELS.values():                 # Triton kernels: the size goes direct now
         if hasattr(k, "direct_status") and k.supports(p):
             assert k.direct_status(p.M, p.N, p.K) == "direct"

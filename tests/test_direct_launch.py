@@ -88,7 +88,7 @@ def _worker() -> None:
     launches = _stub()
     import torch
 
-    from cudal2 import ops
+    from cudal2 import plans
     from cudal2.backends import triton as tb
     from cudal2.backends import triton_direct as td
     from cudal2.backends.base import Artifact
@@ -159,7 +159,7 @@ def _worker() -> None:
     spec = KernelSpec.parse(cases[0][1])
     p = Problem(6, 32, 64, "nt")
     k = tb.load(Artifact("triton", spec, tb.render(spec, p), b"", {"layout": "nt", "device": dev.to_dict()}))
-    plan = ops._kernel_plan(k, p.M, p.N, p.K, torch.Size((2, 3, p.N)), torch.device("cpu"), "stub")
+    plan = plans.kernel_plan(k, p.M, p.N, p.K, torch.Size((2, 3, p.N)), torch.device("cpu"), "stub")
     a = torch.randn(2, 3, p.K).to(h)
     b = torch.randn(p.N, p.K).to(h)
     launches.clear()
@@ -240,7 +240,7 @@ def test_launch_hooks_route_through_the_jit(reports):
 
 def test_bound_plan_launches_on_its_tensors(reports):
     s = reports["summary"]["plan"]
-    assert s["type"] == "_BoundPlan" and s["n"] == 3 and s["out_is_out"]
+    assert s["type"] == "BoundPlan" and s["n"] == 3 and s["out_is_out"]
     assert s["ptrs"] == s["want"]
     assert s["shapes"] == [[2, 3, 32], [2, 3, 32]]
     assert s["paths"] == [["idle", "idle"], ["none", "none"], ["none", "none"]]   # JIT, direct, direct
@@ -329,6 +329,7 @@ def _stand_in_kernel(family: str, layout: str, text: str, monkeypatch):
     import torch
 
     from cudal2.backends import cuda_launch
+    from cudal2.backends.workspace import StreamWorkspace
     from cudal2.spec import KernelSpec
     drv = _Driver()
     monkeypatch.setattr(cuda_launch, "_drv", lambda: drv)
@@ -340,8 +341,8 @@ def _stand_in_kernel(family: str, layout: str, text: str, monkeypatch):
     k.spec = KernelSpec.parse(f"backend=cuda family={family} {text}")
     k.family, k.layout, k.device_index, k.sm_count = family, layout, 0, 4
     k.funcs = {n: n for n in cuda_launch.KERNELS[family]}
-    k.threads, k.smem, k._ws, k._tmaps, k._binds = k.spec.warps * 32, 1024, None, {}, {}
-    k._ws_streams = {}
+    k.threads, k.smem, k._tmaps, k._binds = k.spec.warps * 32, 1024, {}, {}
+    k._ws = StreamWorkspace("cpu")
     k._u64 = [ctypes.c_uint64() for _ in range(4)]
     k._i32 = [ctypes.c_int() for _ in range(3)]
     if family == "wgmma":
@@ -406,6 +407,49 @@ def test_cuda_bind_packs_what_run_packs(monkeypatch, family, text, shape, layout
         assert (got2[4] != 0) == (k.spec.split_k > 1 and not cluster_split(k.spec))
         if cluster_split(k.spec):
             assert got[1][0] == -(-M // k.spec.bm) * -(-N // k.spec.bn) * k.spec.split_k
+
+
+@pytest.mark.parametrize("family,text,ws_arg", [
+    ("mma", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2", 3),
+    ("wgmma", "bm=128 bn=128 warps=12 stages=4 warp_spec=2 split_k=2", 4),
+])
+def test_split_k_scratch_is_per_stream(monkeypatch, family, text, ws_arg):
+    """Two streams running the same split-K kernel get their own partials (until 2026-12-06 the mma
+    family kept one buffer per kernel, which they would have raced on), per call and bound alike: a
+    bound launch re-reads the pointer when the stream changes, and when another size grew that
+    stream's pair, whose old buffer stays alive (a queued launch or a captured graph may use it)."""
+    import torch
+
+    from cudal2.backends import cuda_launch
+    k, drv = _stand_in_kernel(family, "nn", text, monkeypatch)
+    current = {"s": 77}
+    monkeypatch.setattr(cuda_launch, "stream_getter", lambda: (lambda i: current["s"]))
+    h = torch.float16
+
+    def operands(M, N, K):
+        return torch.empty(M, K, dtype=h), torch.empty(K, N, dtype=h), torch.empty(M, N, dtype=h)
+
+    def main_launches():
+        return [(x[4], x[5][ws_arg]) for x in drv.launches if x[0] != "cudal2_splitk_reduce"]
+    M, N, K = 200, 256, 512
+    a, b, c = operands(M, N, K)
+    k._run(M, N, K, a, b, c, 77)
+    k._run(M, N, K, a, b, c, 78)
+    (s1, w77), (s2, w78) = main_launches()
+    assert (s1, s2) == (77, 78) and w77 and w78 and w77 != w78
+    drv.launches.clear()
+    f = k.bind(M, N, K)
+    for s in (77, 78, 77):
+        current["s"] = s
+        f(a, b, c)
+    assert main_launches() == [(77, w77), (78, w78), (77, w77)]
+    k._run(4 * M, 4 * N, K, *operands(4 * M, 4 * N, K), 77)       # grows stream 77's pair
+    drv.launches.clear()
+    current["s"] = 77
+    f(a, b, c)
+    (_, grown), = main_launches()
+    assert grown == k._ws.pairs[77][0].data_ptr() != w77
+    assert [p[0].data_ptr() for p in k._ws.retired] == [w77]
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt"])

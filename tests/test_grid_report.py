@@ -14,7 +14,7 @@ def _module():
 
 
 def _row(p: Problem, times: dict, kernel: float | None) -> dict:
-    """A compare row (cudal2.cli.compare.measure_shape's columns used by the report): offline medians and
+    """A compare row (cudal2.cli.compare_measure.measure_shape's columns used by the report): offline medians and
     server means equal, best-cublas the fastest baseline."""
     best = min(times, key=times.get)
     r = {"shape": p.shape, "M": p.M, "N": p.N, "K": p.K, "gflop": p.flops / 1e9}

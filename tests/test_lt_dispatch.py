@@ -8,7 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from cudal2 import lt_dispatch, ops
+from cudal2 import lt_dispatch, ops, plans
 from cudal2.cli import app
 from cudal2.problems import Problem
 from cudal2.registry import Entry, Registry, RegistryError
@@ -143,7 +143,7 @@ def test_ops_dispatches_exact_cublas_entry_to_the_winning_call(tmp_path, hopper,
         # A neighbour's entry handed in directly still goes to torch, never to its algorithm.
         e = Registry.load(tmp_path).lookup(Problem(128, 128, 256), DEV)
         assert ops._cublas_choice(Registry.load(tmp_path), e, Problem(128, 128, 384), 0)[0] is None
-        plan = ops._kernel_plan(_LtStandIn(Problem(8, 8, 8), WORDS), 8, 8, 8, torch.Size((8, 8)),
+        plan = plans.kernel_plan(_LtStandIn(Problem(8, 8, 8), WORDS), 8, 8, 8, torch.Size((8, 8)),
                                 torch.device("cpu"), "")
         a, b = torch.randn(8, 8).half(), torch.randn(8, 8).half()
         assert torch.equal(plan(a, b, None), (a.float() @ b.float()).half())

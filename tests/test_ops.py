@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import cudal2
-from cudal2 import ops
+from cudal2 import ops, plans
 from cudal2.problems import Problem
 from cudal2.registry import Entry, Registry
 
@@ -161,7 +161,7 @@ class _StandIn:
 def test_kernel_plan_copies_and_writes_safely(layout):
     M, N, K = 6, 10, 12
     k = _StandIn(layout)
-    plan = ops._KernelPlan(k, M, N, K, torch.Size((2, 3, N)), torch.device("cpu"), "stand-in")
+    plan = plans.KernelPlan(k, M, N, K, torch.Size((2, 3, N)), torch.device("cpu"), "stand-in")
     a = torch.randn(2 * 3 * K + 1).half()[1:].view(2, 3, K)          # misaligned base (2 bytes)
     b = _operand((K, N) if layout == "nn" else (N, K), torch.float16, "t", None)   # non-contiguous
     c = plan(a, b, None)
@@ -177,7 +177,7 @@ def test_kernel_plan_copies_and_writes_safely(layout):
 def test_kernel_plan_out_aliasing_input():
     M = N = K = 8
     k = _StandIn("nn")
-    plan = ops._KernelPlan(k, M, N, K, torch.Size((M, N)), torch.device("cpu"), "stand-in")
+    plan = plans.KernelPlan(k, M, N, K, torch.Size((M, N)), torch.device("cpu"), "stand-in")
     a, b = torch.randn(M, K).half(), torch.eye(K).half() * 2
     want = a.float() * 2
     plan(a, b, a)                           # out is a: computed into a temporary, then copied
@@ -209,8 +209,8 @@ class _BindStandIn(_StandIn):
 def test_bound_plan_copies_and_writes_safely(layout):
     M, N, K = 6, 10, 12
     k = _BindStandIn(layout)
-    plan = ops._kernel_plan(k, M, N, K, torch.Size((2, 3, N)), torch.device("cpu"), "stand-in")
-    assert type(plan) is ops._BoundPlan and k.bound == [(M, N, K)]
+    plan = plans.kernel_plan(k, M, N, K, torch.Size((2, 3, N)), torch.device("cpu"), "stand-in")
+    assert type(plan) is plans.BoundPlan and k.bound == [(M, N, K)]
     a = torch.randn(2 * 3 * K + 1).half()[1:].view(2, 3, K)          # misaligned base (2 bytes)
     b = _operand((K, N) if layout == "nn" else (N, K), torch.float16, "t", None)   # non-contiguous
     c = plan(a, b, None)
@@ -240,7 +240,7 @@ class _Sub(torch.Tensor):
 def test_bound_plan_out_overlap_and_subclass():
     M = N = K = 8
     k = _BindStandIn("nn")
-    plan = ops._kernel_plan(k, M, N, K, torch.Size((M, N)), torch.device("cpu"), "stand-in")
+    plan = plans.kernel_plan(k, M, N, K, torch.Size((M, N)), torch.device("cpu"), "stand-in")
     a, b = torch.randn(M, K).half(), torch.eye(K).half() * 2
     want = a.float() * 2
     plan(a, b, a)                           # out is a: computed into a temporary, then copied
@@ -262,8 +262,8 @@ def test_bound_plan_out_overlap_and_subclass():
 
 def test_plan_choice_follows_the_kernel():
     shape = torch.Size((4, 4))
-    assert type(ops._kernel_plan(_StandIn("nn"), 4, 4, 4, shape, torch.device("cpu"), "")) is ops._KernelPlan
-    assert type(ops._kernel_plan(_BindStandIn("nn"), 4, 4, 4, shape, torch.device("cpu"), "")) is ops._BoundPlan
+    assert type(plans.kernel_plan(_StandIn("nn"), 4, 4, 4, shape, torch.device("cpu"), "")) is plans.KernelPlan
+    assert type(plans.kernel_plan(_BindStandIn("nn"), 4, 4, 4, shape, torch.device("cpu"), "")) is plans.BoundPlan
 
 
 def test_dispatch_refuses_tampered_entry_and_falls_back(tmp_path, hopper):
@@ -321,7 +321,7 @@ def test_import_is_light():
 
 _INTERP_SCRIPT = r'''
 import sys, warnings, dataclasses, torch
-from cudal2 import ops
+from cudal2 import ops, plans
 from cudal2.backends import get_backend
 from cudal2.device import DeviceInfo
 from cudal2.problems import Problem
@@ -349,7 +349,7 @@ record_scope(root, p, dev.key, pts, {"M": (40, 64), "N": (48, 64)})
 ops.set_registry(root)
 kern, info = ops._choose(q, dev, 0, strict=False)
 assert kern is not None and "(in its measured scope M 40..64 N 48..64, triton" in info, info
-plan = ops._KernelPlan(kern, q.M, q.N, q.K, torch.Size((q.M, q.N)), torch.device("cpu"), info)
+plan = plans.KernelPlan(kern, q.M, q.N, q.K, torch.Size((q.M, q.N)), torch.device("cpu"), info)
 g = torch.Generator().manual_seed(0)
 a = torch.randn(q.M, q.K, generator=g).half()
 b = torch.randn(q.N, q.K, generator=g).half()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import cudal2
-from cudal2 import ops
+from cudal2 import ops, plans
 from cudal2.backends import get_backend
 from cudal2.check import reference, rel_error
 from cudal2.problems import Problem
@@ -172,7 +172,7 @@ def test_patched_hf_model_matches(tmp_path, gpu_device):
             cudal2.patch_linear(model)
             got = model(ids).logits.float()
             cudal2.unpatch_linear(model)
-        kernels = [pl for pl in ops._PLANS.values() if isinstance(pl, ops._KernelPlan)]
+        kernels = [pl for pl in ops._PLANS.values() if isinstance(pl, plans.KernelPlan)]
         assert len(kernels) >= 4, [pl.info for pl in ops._PLANS.values()]
         # Two fp16 layers of different summation order: each GEMM differs by ~1e-3 relative (fp16
         # output rounding), compounded through 2 blocks and the head; 1e-2 normwise leaves 3x room.
@@ -197,7 +197,7 @@ def test_patched_mlp_compile_and_graph(tmp_path, gpu_device):
             want = mlp(x).float()
             cudal2.patch_linear(mlp)
             eager = mlp(x).float()
-            assert sum(isinstance(pl, ops._KernelPlan) for pl in ops._PLANS.values()) == 2
+            assert sum(isinstance(pl, plans.KernelPlan) for pl in ops._PLANS.values()) == 2
             comp = torch.compile(mlp, fullgraph=True)(x).float()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):

@@ -98,7 +98,7 @@ def test_compare_graph_mode_rows_on_cpu(monkeypatch):
     import torch
 
     from cudal2 import timing
-    from cudal2.cli.compare import Config, measure_shape, summaries
+    from cudal2.cli.compare_measure import Config, measure_shape, summaries
     from cudal2.problems import Problem
     from conftest import HostClock
     monkeypatch.setattr(timing, "default_clock", lambda: HostClock())

@@ -13,7 +13,7 @@ call only where it beat torch.matmul by a margin in every recorded timing), a ca
   torch               always (also the answer when nvmath-python is missing)
 cublas-nn / cublas-tn are not dispatch targets (torch.matmul is cuBLAS already).
 
-`LtKernel` is the backends' Kernel contract (backends/base.py) for one problem, so ops' _BoundPlan
+`LtKernel` is the backends' Kernel contract (backends/base.py) for one problem, so plans.BoundPlan
 does the argument checks. The algorithm was chosen for 256-byte aligned operands (fresh tensors in
 the evaluator); a launch whose pointers are less aligned computes through torch.matmul instead, so
 a view at an offset is never misread. Each plan checks one launch against the fp32 reference

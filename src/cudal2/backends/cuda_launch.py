@@ -7,8 +7,9 @@ on torch's current stream.
 
 `bind(M, N, K)` (what cudal2.ops' plans call) goes further: each bound size has its own argument
 buffer with M, N, K, the grid, block, shared memory and function handles filled in once, so a call
-writes three pointers (and the split-K workspace pointer) into it and launches. The stream comes
-from torch._C._cuda_getCurrentRawStream where torch has it (backends.base.stream_getter).
+writes three pointers (and the split-K workspace pointer) into it and launches (backends/cuda_bind.py;
+the stream family's in cuda_stream.py). The stream comes from torch._C._cuda_getCurrentRawStream
+where torch has it (backends.base.stream_getter). Split-K scratch is per stream (backends/workspace.py).
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from ..kernels_cuda import KERNELS
 from ..problems import Problem
 from ..spec import cluster_split, is_valid
 from .base import Artifact, stream_getter
+from .cuda_bind import bind_mma, bind_wgmma
 from .cuda_stream import StreamLauncher
 from .driver import check as check_with, drv, pdl_launch
+from .workspace import StreamWorkspace
 
 _TMAP_CACHE_MAX = 64          # distinct (pointer, shape) operand pairs kept encoded per kernel
 _MAX_BINDS = 256              # problem sizes bound per kernel before the table is reset
@@ -96,8 +99,9 @@ class CudaKernel:
         self.threads = self.spec.warps * 32
         if self.family == "wgmma" and self.spec.cluster > 1:
             self.cluster_ctas = self._cluster_capacity()
-        self._ws = None
-        self._ws_streams: dict = {}       # wgmma split-K: stream -> (partials, counters)
+        # Split-K scratch, one pair per stream (backends/workspace.py): mma's partials, wgmma's
+        # partials and counters.
+        self._ws = StreamWorkspace(torch.device("cuda", self.device_index))
         self._tmaps: dict[tuple, tuple[bytes, ...]] = {}
         # Argument slots and the void* array pointing at them, built once.
         self._u64 = [ctypes.c_uint64() for _ in range(4)]
@@ -192,13 +196,7 @@ class CudaKernel:
         self._u64[0].value, self._u64[1].value, self._u64[2].value = pa, pb, pc
         split = sp.split_k
         if split > 1:
-            # NOTE: one workspace per kernel, not per stream as Triton's tiled.workspace keys it:
-            # the same split-K kernel launched on two streams at once would race on it.
-            need = split * M * N
-            if self._ws is None or self._ws.numel() < need:
-                import torch
-                self._ws = torch.empty(need, dtype=torch.float32, device=a.device)
-            self._u64[3].value = self._ws.data_ptr()
+            self._u64[3].value = self._ws.pointers(s, split * M * N)[0]
         else:
             self._u64[3].value = 0
         tiles = _cdiv(M, sp.bm) * _cdiv(N, sp.bn)
@@ -298,25 +296,17 @@ class CudaKernel:
         ctas = self.cluster_ctas or self.sm_count                            # persistent: one CTA per SM
         return max(1, min(ctas // cl, units)) * cl
 
-    def _splitk_workspace(self, M: int, N: int, stream: int, device) -> tuple[int, int]:
-        """wgmma split-K: fp32 partials and per-tile int32 counters for this stream (one pair per
-        stream, so two streams never share counters), each grown when a larger size needs more.
-        Counters are zeroed when allocated and the kernel resets each one it uses, so every size
-        finds its counters at 0 wherever they sit. Returns (partials pointer, counters pointer)."""
-        import torch
+    def _splitk_workspace(self, M: int, N: int, stream: int) -> tuple[int, int]:
+        """wgmma split-K through a global workspace: this stream's (partials pointer, counters
+        pointer), one fp32 bm x bn partial per (tile, K slice) and one int32 counter per tile and
+        consumer warpgroup (ping-pong: per tile, its slices may land on either warpgroup). The
+        counters are zeroed when allocated and the kernel resets each one it uses, so every size
+        finds them at 0 (backends/workspace.py has the rest of the rules)."""
         sp = self.spec
         cm, cn = self._cluster_tiles(M, N)
         tiles = cm * cn * sp.cluster         # every CTA's tile, partners past the edge included
         slots = tiles * (1 if sp.pingpong else sp.consumers)
-        floats = tiles * sp.split_k * sp.bm * sp.bn
-        pair = self._ws_streams.get(stream)
-        if pair is None or pair[0].numel() < floats or pair[1].numel() < slots:
-            part = pair[0] if pair is not None and pair[0].numel() >= floats else \
-                torch.empty(floats, dtype=torch.float32, device=device)
-            cnt = pair[1] if pair is not None and pair[1].numel() >= slots else \
-                torch.zeros(slots, dtype=torch.int32, device=device)
-            pair = self._ws_streams[stream] = (part, cnt)      # a new pair: bound launches re-read
-        return pair[0].data_ptr(), pair[1].data_ptr()
+        return self._ws.pointers(stream, tiles * sp.split_k * sp.bm * sp.bn, slots)
 
     def _call_wgmma(self, M, N, K, b, pa, pb, pc, s) -> None:
         ta, tb = self._tensor_maps(M, N, K, tuple(b.shape), pa, pb)
@@ -326,11 +316,10 @@ class CudaKernel:
         if self._ab:
             self._ab[0].value, self._ab[1].value = pa, pb
         if self._global_split():
-            self._u64[2].value, self._u64[3].value = self._splitk_workspace(M, N, s, b.device)
+            self._u64[2].value, self._u64[3].value = self._splitk_workspace(M, N, s)
         else:
             self._u64[2].value = self._u64[3].value = 0
         self._launch("cudal2_wgmma", (self._grid_wgmma(M, N), 1, 1), self.threads, self.smem, s, self._args)
-
 
     # ---- bound sizes (cudal2.ops plans) --------------------------------------------------------------
     def bind(self, M: int, N: int, K: int):
@@ -344,92 +333,9 @@ class CudaKernel:
             if self.family == "stream":
                 f = self._binds[key] = self._streamer.bind(M, N, K)
                 return f
-            f = self._binds[key] = (self._bind_wgmma if self.family == "wgmma" else self._bind_mma)(M, N, K)
+            make = bind_wgmma if self.family == "wgmma" else bind_mma     # backends/cuda_bind.py
+            f = self._binds[key] = make(self, M, N, K, _drv(), stream_getter())
         return f
-
-    def _bind_mma(self, M: int, N: int, K: int):
-        sp, d = self.spec, _drv()
-        u64 = [ctypes.c_uint64() for _ in range(4)]
-        i32 = [ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)]
-        slots = u64 + i32
-        args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
-        red = (ctypes.c_void_p * 4)(*[ctypes.addressof(x) for x in (u64[3], u64[2], i32[0], i32[1])])
-        a_args, a_red = ctypes.addressof(args), ctypes.addressof(red)
-        f_vec, f_scalar = self.funcs["cudal2_mma_vec"], self.funcs["cudal2_mma_scalar"]
-        shape_vec = K % 8 == 0 and N % 8 == 0
-        split = sp.split_k
-        g0 = _cdiv(M, sp.bm) * _cdiv(N, sp.bn)
-        threads, smem, need = self.threads, self.smem, split * M * N
-        launch, ok, idx = self._launcher(d), d.CUresult.CUDA_SUCCESS, self.device_index
-        stream = stream_getter()
-        if split > 1:
-            f_red = self.funcs["cudal2_splitk_reduce"]
-            r0 = min(_cdiv(M * N, 256), self.sm_count * 16)
-        # The argument arrays hold bare addresses: the slot objects must live as long as the launcher.
-        keep = (args, red, slots)
-
-        def run(a, b, c) -> None:
-            pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-            u64[0].value, u64[1].value, u64[2].value = pa, pb, pc
-            s = stream(idx)
-            if split > 1:
-                ws = self._ws
-                if ws is None or ws.numel() < need:
-                    import torch
-                    ws = self._ws = torch.empty(need, dtype=torch.float32, device=a.device)
-                u64[3].value = ws.data_ptr()       # every call: another size may have grown it
-            f = f_vec if shape_vec and not (pa | pb | pc) % 16 else f_scalar
-            res = launch(f, g0, 1, split, threads, 1, 1, smem, s, a_args, 0)
-            if res[0] != ok:
-                check(res, f"cuLaunchKernel(mma {M}x{N}x{K}, grid=({g0}, 1, {split}), block={threads})")
-            if split > 1:
-                res = launch(f_red, r0, 1, 1, 256, 1, 1, 0, s, a_red, 0)
-                if res[0] != ok:
-                    check(res, f"cuLaunchKernel(cudal2_splitk_reduce, grid=({r0}, 1, 1), block=256)")
-        run.keep = keep
-        return run
-
-    def _bind_wgmma(self, M: int, N: int, K: int):
-        sp, d = self.spec, _drv()
-        maps = [(ctypes.c_ubyte * 128)() for _ in range(3)]
-        c_slot, ws_slot, cnt_slot = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
-        i32 = [ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)]
-        ab = [ctypes.c_uint64(), ctypes.c_uint64()] if self.lite_cp else []
-        slots = maps + [c_slot, ws_slot, cnt_slot] + i32 + ab
-        args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
-        a_args = ctypes.addressof(args)
-        g0 = self._grid_wgmma(M, N)
-        f, threads, smem = self.funcs["cudal2_wgmma"], self.threads, self.smem
-        launch, ok, idx = self._launcher(d), d.CUresult.CUDA_SUCCESS, self.device_index
-        stream = stream_getter()
-        bshape = (K, N) if self.layout == "nn" else (N, K)
-        split, wss = self._global_split(), self._ws_streams
-        last = [None, None, None]
-
-        def run(a, b, c) -> None:
-            pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-            if last[0] != (pa, pb):     # maps encode the operand pointers: rewrite when they move
-                ta, tb = self._tensor_maps(M, N, K, bshape, pa, pb)
-                ctypes.memmove(maps[0], ta, 128)
-                ctypes.memmove(maps[1], tb, 128)
-                if ab:
-                    ab[0].value, ab[1].value = pa, pb
-                last[0] = (pa, pb)
-            if last[2] != pc:
-                ctypes.memmove(maps[2], self._c_map(M, N, pc), 128)
-                c_slot.value = pc
-                last[2] = pc
-            s = stream(idx)
-            # One workspace per stream; re-read when the stream changes or another size grew
-            # (replaced) this stream's buffer. A buffer only grows, so the same one still fits.
-            if split and (last[1] is None or last[1][0] != s or wss.get(s) is not last[1][1]):
-                ws_slot.value, cnt_slot.value = self._splitk_workspace(M, N, s, a.device)
-                last[1] = (s, wss[s])
-            res = launch(f, g0, 1, 1, threads, 1, 1, smem, s, a_args, 0)
-            if res[0] != ok:
-                check(res, f"cuLaunchKernel(cudal2_wgmma {M}x{N}x{K}, grid=({g0}, 1, 1), block={threads})")
-        run.keep = (args, slots)        # bare addresses in args: keep every slot object alive
-        return run
 
 
 def a_box_rows(rows: int, M: int, trim: bool) -> int:

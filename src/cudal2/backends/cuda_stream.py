@@ -17,6 +17,7 @@ import ctypes
 from ..spec import stream_smem
 from .base import stream_getter
 from .driver import check, drv
+from .workspace import StreamWorkspace
 
 ENTRY_B, ENTRY_A = "cudal2_stream_b", "cudal2_stream_a"
 
@@ -39,37 +40,20 @@ class StreamLauncher:
         smem = stream_smem(self.spec.to_dict(), self.layout)      # both entries use the same
         self.smem = {ENTRY_B: smem, ENTRY_A: smem}
         self.threads = self.spec.warps * 32
-        self._bufs: dict[int, tuple] = {}      # stream handle -> (workspace, counters)
-        self._retired: list[tuple] = []
+        # Workspace and counters per stream (backends/workspace.py: grown by doubling, old pairs kept).
+        self.ws = StreamWorkspace(f"cuda:{kernel.device_index}")
         # The unbound path's argument slots (A, B, C, workspace, counters, M, N, K), built once.
         self._u64 = [ctypes.c_uint64() for _ in range(5)]
         self._i32 = [ctypes.c_int() for _ in range(3)]
         slots = self._u64 + self._i32
         self._args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
 
-    # ---- workspace + counters, once per stream ----------------------------------------------------
     def buffers(self, stream: int, grid: tuple[int, int, int]) -> tuple[int, int]:
         """(workspace pointer, counters pointer) for this stream, large enough for `grid`."""
         if self.spec.split_k == 1:
             return 0, 0
         tiles = grid[0] * grid[1]
-        need_ws = grid[2] * tiles * self.spec.bm * self.spec.bn
-        have = self._bufs.get(stream)
-        if have is None or have[0].numel() < need_ws or have[1].numel() < tiles:
-            import torch
-            dev = torch.device("cuda", self.k.device_index)
-            old_ws, old_cnt = (have[0].numel(), have[1].numel()) if have else (0, 0)
-            # Grown to what this size needs, at least doubling so a run of growing sizes stays cheap.
-            ws = torch.empty(max(need_ws, 2 * old_ws), dtype=torch.float32, device=dev)
-            cnt = torch.zeros(max(tiles, 2 * old_cnt), dtype=torch.int32, device=dev)
-            if have is not None:
-                # A queued launch may still use the old pair: keep it (growth doubles, so few).
-                self._retired.append(have)
-            # The zero fill ran on torch's current stream; the kernel may run on another one.
-            if not torch.cuda.is_current_stream_capturing():
-                torch.cuda.synchronize(dev)
-            have = self._bufs[stream] = (ws, cnt)
-        return have[0].data_ptr(), have[1].data_ptr()
+        return self.ws.pointers(stream, grid[2] * tiles * self.spec.bm * self.spec.bn, tiles)
 
     # ---- per call ---------------------------------------------------------------------------------
     def run(self, M: int, N: int, K: int, pa: int, pb: int, pc: int, stream: int) -> None:

@@ -46,13 +46,13 @@ class RowSink:
     """The compare's rows: the kept ones and each new one as it is timed, in the problems' order.
     `run_meta` is filled by compare.run before the first shape; with a JSON path, `add` rewrites the
     file at most every SAVE_EVERY_S seconds (the final save is the caller's). `summarize`:
-    compare.summaries."""
+    compare_measure.summaries."""
 
     def __init__(self, problems, kept: list, runs: list, json_path, modes, names, summarize):
         self.order = {p.text: i for i, p in enumerate(problems)}
         self.kept, self.new, self.runs = list(kept), [], list(runs)
         self.json_path, self.modes, self.names = json_path, modes, names
-        self.summarize = summarize      # compare.summaries (passed in: compare imports this module)
+        self.summarize = summarize      # compare_measure.summaries (passed in by compare.run)
         self.run_meta: dict = {}
         self._saved = time.monotonic()
 
