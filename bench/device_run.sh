@@ -3,13 +3,22 @@
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
-# retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS].
+# retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS] next.
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
+# recheck SECONDS VARIANT: the recheck stage (below), also the H200 half of the next stage.
+recheck() {
+  timeout $(($1 - 100)) python3 bench/variant_sweep.py --out "$OUT" --variant "$2" \
+    --max-seconds $(($1 - 160)) 2>&1 | tail -12
+  rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
+  timeout 230 cudal2 registry verify --gpu --render --record --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
+  tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
+}
+
 for stage in "$@"; do
   echo "=== $stage $(date +%T)"
   case "$stage" in
@@ -138,12 +147,7 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # the tree's registry (the sweep's parallel compiles warm its cache). Files: the sweep's CSV /
       # JSON, verify_gpu.txt, index_rechecked.json.gz (copy it over src/cudal2/registry/index.json
       # after checking that only check fields moved).
-      IFS=: read -r _ secs variant <<<"$stage"; secs=${secs:-300}; variant=${variant:-PDL=0,EPI_WIDE=0}
-      timeout $((secs - 100)) python3 bench/variant_sweep.py --out "$OUT" --variant "$variant" \
-        --max-seconds $((secs - 160)) 2>&1 | tail -12
-      rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
-      timeout 230 cudal2 registry verify --gpu --render --record --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
-      tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz" ;;
+      IFS=: read -r _ secs variant <<<"$stage"; recheck "${secs:-300}" "${variant:-PDL=0,EPI_WIDE=0}" ;;
     retime:*)
       # retime:NAME:LAYOUT[:PASSES] (default 2): the registry's dispatch at bench/NAME.txt's shapes
       # (bench/worst_rows.py: the rows a compare on record saw a kernel lose to torch.matmul) beside
@@ -168,6 +172,24 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       timeout "${gsecs:-420}" cudal2 compare --shapes "$gshapes" --layout "$glay" --mode offline,graph \
         --registry src/cudal2/registry --min-ms 15 --eager-ms 2 --no-table --json "$gjson" --resume 2>&1 | tail -12
       gzip -c "$gjson" >"$OUT/$(basename "$gjson").gz" ;;
+    next)
+      # The first call of the next card session (written 2026-12-06 on a CPU, after a session with no
+      # card), by card, ~520 s at most: on an H200 the re-check of its 556 wgmma entries left pending
+      # by PDL's default (recheck's own stage, its sweep cut to 100 s), then the GPU tests no card has
+      # run: the mma split-K on two streams (per-stream workspace, 2026-12-06) and PDL in the mma /
+      # stream families. On an H100 (no entries pending there) the same tests, then the mma / stream
+      # filed kernels with PDL=1 on both clocks (bench/graph_clock.py).
+      ntests="tests/test_backends_gpu.py::test_mma_split_k_is_deterministic_and_stream_safe tests/test_pdl_families_gpu.py"
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        recheck 260 PDL=0,EPI_WIDE=0
+        timeout 110 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 60 -rfE $ntests \
+          >"$OUT/gpu_tests.txt" 2>&1; tail -12 "$OUT/gpu_tests.txt"
+      else
+        timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 60 -rfE $ntests \
+          >"$OUT/gpu_tests.txt" 2>&1; tail -12 "$OUT/gpu_tests.txt"
+        timeout 330 python3 bench/graph_clock.py --out "$OUT" --families mma,stream --variant PDL=1 \
+          --classes small,skinny --layouts nt,nn --max-seconds 280 2>&1 | tail -16
+      fi ;;
     *)
       echo "unknown stage $stage" ;;
   esac

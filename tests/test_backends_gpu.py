@@ -320,11 +320,19 @@ def test_wgmma_split_k_128_accumulators(gpu_device, layout, text):
     _split_k_determinism(gpu_device, layout, text)
 
 
-def _split_k_determinism(gpu_device, layout, text):
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_mma_split_k_is_deterministic_and_stream_safe(gpu_device, layout):
+    """The mma family's split-K (partials, then its reduce launch) on two streams at once: since
+    2026-12-06 each stream has its own partials (backends/workspace.py); before, one buffer per
+    kernel, which the two streams raced on."""
+    _split_k_determinism(gpu_device, layout, "bm=64 bn=64 bk=32 warps=4 stages=4 split_k=4", family="mma")
+
+
+def _split_k_determinism(gpu_device, layout, text, family="wgmma"):
     import torch
     from cudal2.check import make_inputs, reference, rel_error
     p = Problem(256, 384, 8192, layout)              # 6 tiles of 128x128: starved, deep K
-    kernel = _build("cuda", "wgmma", text, p, gpu_device)
+    kernel = _build("cuda", family, text, p, gpu_device)
     a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(3))
     ref = reference(a, b, layout)
     outs = []

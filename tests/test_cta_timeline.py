@@ -268,15 +268,18 @@ def test_stamped_launch_reads_back_in_event_order(gpu_device, tmp_path):
         assert 500 < s["sm_mhz_median"] < 3000
 
 
-def test_the_probe_stage_names_what_exists():
-    """bench/device_run.sh's probe stage (the next card session's first call) names GPU tests, a
+@pytest.mark.parametrize("stage,at_least", [("probe", 6), ("next", 3)])
+def test_the_probe_stage_names_what_exists(stage, at_least):
+    """bench/device_run.sh's probe and next stages (a card session's first call) name GPU tests, a
     cases file and scripts by path: a typo there costs a device call."""
     import shlex
     text = (ROOT / "bench" / "device_run.sh").read_text()
-    probe = text[text.index("    probe)"):text.index(";;", text.index("    probe)"))]
-    words = shlex.split(probe.replace("\\\n", " "), comments=True)
+    probe = text[text.index(f"    {stage})"):text.index(";;", text.index(f"    {stage})"))]
+    # a quoted list assigned to a variable (next's ntests="...") counts word by word
+    words = [w.rpartition("=")[2] for w in shlex.split(probe.replace("\\\n", " "), comments=True)
+             for w in w.split()]
     paths = [w for w in words if w.startswith(("tests/", "bench/"))]
-    assert len(paths) >= 6
+    assert len(paths) >= at_least
     for w in paths:
         path, _, node = w.partition("::")
         assert (ROOT / path).is_file(), w
