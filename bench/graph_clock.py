@@ -53,7 +53,8 @@ def summarize(rows: list[dict]) -> dict:
         for g in ("all", f"{r['class']}:{r['layout']}"):
             for k in [k for k in r if k.endswith(" / best-cublas")]:
                 out.setdefault(g, {}).setdefault(k, []).append(r[k])
-    return {g: {k: {"n": len(v), "geomean": round(math.exp(sum(map(math.log, v)) / len(v)), 4),
+    from cudal2.stats import geomean
+    return {g: {k: {"n": len(v), "geomean": round(geomean(v), 4),
                     "worst": min(v), "wins": sum(x > 1.0 for x in v)} for k, v in per.items()}
             for g, per in out.items()}
 

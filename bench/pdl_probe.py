@@ -12,9 +12,10 @@ clock (a CUDA event recorded after every call) the PDL build ran 0.997-0.999x of
   python3 bench/pdl_probe.py --out $OUT [--classes small,skinny] [--max-entries 12] [--calls 400] [--pdl 1]
 
 Per filed wgmma entry (the shipped registry, this card, every k-th of the classes asked, fastest
-first up to --max-entries): filed and PDL builds (--pdl: the trigger, wgmma.cu's PDL value; run 123
-used 1, the only one then), each checked (random), then each regime. Writes
-pdl_probe_<card>_<commit>.json and .csv (a row per entry: µs per regime and kernel, filed / PDL).
+first up to --max-entries): builds without PDL (PDL=0; the filed kernel itself until PDL=3 became
+wgmma's default, 2026-12-06) and with it (--pdl: the trigger, wgmma.cu's PDL value; run 123 used 1,
+the only one then), each checked (random), then each regime. Writes pdl_probe_<card>_<commit>.json
+and .csv (a row per entry: µs per regime and kernel, plain / PDL).
 Medians of --repeats batches. Not PROTOCOL's figure (batch and mixed are means of N back-to-back
 calls): what a chain of launches without events between them would see.
 """
@@ -67,7 +68,6 @@ def main(argv=None) -> int:
         print("error: no CUDA GPU: this probe times kernels on the GPU", file=sys.stderr)
         return 3
     from cudal2 import timing
-    from cudal2.backends import build_kernel
     from cudal2.check import check_kernel, make_inputs
     from cudal2.device import current
     from cudal2.registry import Registry
@@ -96,8 +96,9 @@ def main(argv=None) -> int:
         p, spec = e.prob, KernelSpec.parse(e.spec)
         row = {"problem": p.text, "spec": e.spec, "filed_at_us": e.time_us}
         try:
-            ks = {"filed": build_kernel(spec, p, dev), "pdl": build_variant(spec, p, dev, f"#define PDL {args.pdl}\n")}
-            assert ks["pdl"].pdl and not ks["filed"].pdl
+            ks = {"plain": build_variant(spec, p, dev, "#define PDL 0\n"),
+                  "pdl": build_variant(spec, p, dev, f"#define PDL {args.pdl}\n")}
+            assert ks["pdl"].pdl and not ks["plain"].pdl
             for n, k in ks.items():
                 rep = check_kernel(k, p, "cuda", checks=("random",))
                 if not rep.passed:
@@ -110,7 +111,7 @@ def main(argv=None) -> int:
                 row[f"{n} batch"] = round(batch_us(f, args.calls, args.repeats, clock), 3)
                 row[f"{n} mixed"] = round(batch_us(f, args.calls, args.repeats, clock, before=add) - add_us, 3)
             for r in ("events", "batch", "mixed"):
-                row[f"{r} ratio"] = round(row[f"filed {r}"] / row[f"pdl {r}"], 4)
+                row[f"{r} ratio"] = round(row[f"plain {r}"] / row[f"pdl {r}"], 4)
         except Exception as ex:                      # one entry's failure is a row, not an outage
             row["note"] = f"{type(ex).__name__}: {str(ex)[:160]}"
         rows.append(row)
@@ -121,7 +122,7 @@ def main(argv=None) -> int:
     for r in ("events", "batch", "mixed"):
         xs = [x[f"{r} ratio"] for x in ok]
         if xs:
-            print(f"{r}: filed / PDL median {statistics.median(xs):.4f} over {len(xs)}")
+            print(f"{r}: plain / PDL median {statistics.median(xs):.4f} over {len(xs)}")
     return 0
 
 

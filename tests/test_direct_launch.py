@@ -519,3 +519,26 @@ def test_pdl_kernels_launch_with_programmatic_serialization(monkeypatch, text):
     k._run(M, N, K, a, b, c, 78)          # another stream: the cached launcher's config follows it
     k._run(M, N, K, a, b, c, 77)
     assert [x[4] for x in drv.launches[2:]] == [78, 77] and all(x[6] for x in drv.launches)
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_fixed_launch_is_the_launch_with_grid_block_smem_bound(pdl):
+    """driver.fixed_launch (every bound size's launch): go(stream, args, extra) launches exactly what
+    the per-call launcher does with the same function, grid, block and shared memory; with PDL
+    through cuLaunchKernelEx, its config's stream following the caller's from call to call."""
+    import ctypes
+
+    from cudal2.backends.driver import fixed_launch, pdl_launch
+    drv = _Driver()
+    slots = [ctypes.c_uint64(v) for v in (1, 2, 3, 4)] + [ctypes.c_int(v) for v in (5, 6, 7)]
+    arr = (ctypes.c_void_p * 7)(*[ctypes.addressof(x) for x in slots])     # kept alive: args is its address
+    args = ctypes.addressof(arr)
+    go = fixed_launch(drv, "cudal2_mma_vec", (9, 1, 2), (128, 1, 1), 4096, pdl)
+    per_call = pdl_launch(drv) if pdl else drv.cuLaunchKernel
+    for s in (77, 78, 78, 77):
+        assert go(s, args, 0) == (0,)
+        per_call("cudal2_mma_vec", 9, 1, 2, 128, 1, 1, 4096, s, args, 0)
+    bound, want = drv.launches[0::2], drv.launches[1::2]
+    assert bound == want and [x[4] for x in bound] == [77, 78, 78, 77]
+    assert bound[0][:4] == ("cudal2_mma_vec", (9, 1, 2), (128, 1, 1), 4096) and bound[0][5] == [1, 2, 3, 4, 5, 6, 7]
+    assert all(len(x) == (7 if pdl else 6) and (not pdl or x[6]) for x in bound)

@@ -7,13 +7,15 @@ and arguments as CudaKernel's per-call path (`_run`), which tests/test_direct_la
 launch by launch on a stand-in driver. The stream family binds in backends/cuda_stream.py.
 
 `d` is the driver module and `stream` the current-stream getter, both passed in by
-backends/cuda_launch.py so a test's stand-ins reach these launches too.
+backends/cuda_launch.py so a test's stand-ins reach these launches too. Each launch is a
+`driver.fixed_launch` (function, grid, block and shared memory fixed at bind; PDL or not by the
+module), so a call does no lookup to launch.
 """
 from __future__ import annotations
 
 import ctypes
 
-from .driver import check
+from .driver import check, fixed_launch
 
 
 _UNSEEN = object()      # no workspace pair read yet (a stream's pair may be None: not made yet)
@@ -38,11 +40,12 @@ def bind_mma(k, M: int, N: int, K: int, d, stream):
     split = sp.split_k
     g0 = _cdiv(M, sp.bm) * _cdiv(N, sp.bn)
     threads, smem, need = k.threads, k.smem, split * M * N
-    launch, ok, idx = k._launcher(d), d.CUresult.CUDA_SUCCESS, k.device_index
+    ok, idx = d.CUresult.CUDA_SUCCESS, k.device_index
+    go_vec, go_scalar = (fixed_launch(d, f, (g0, 1, split), (threads, 1, 1), smem, k.pdl) for f in (f_vec, f_scalar))
     ws, last = k._ws, [_UNSEEN]
     if split > 1:
-        f_red = k.funcs["cudal2_splitk_reduce"]
         r0 = min(_cdiv(M * N, 256), k.sm_count * 16)
+        go_red = fixed_launch(d, k.funcs["cudal2_splitk_reduce"], (r0, 1, 1), (256, 1, 1), 0, k.pdl)
 
     def run(a, b, c) -> None:
         pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
@@ -52,12 +55,11 @@ def bind_mma(k, M: int, N: int, K: int, d, stream):
         if split > 1 and ws.pairs.get(s) is not last[0]:
             u64[3].value = ws.pointers(s, need)[0]
             last[0] = ws.pairs[s]
-        f = f_vec if shape_vec and not (pa | pb | pc) % 16 else f_scalar
-        res = launch(f, g0, 1, split, threads, 1, 1, smem, s, a_args, 0)
+        res = (go_vec if shape_vec and not (pa | pb | pc) % 16 else go_scalar)(s, a_args, 0)
         if res[0] != ok:
             check(res, f"cuLaunchKernel(mma {M}x{N}x{K}, grid=({g0}, 1, {split}), block={threads})", d)
         if split > 1:
-            res = launch(f_red, r0, 1, 1, 256, 1, 1, 0, s, a_red, 0)
+            res = go_red(s, a_red, 0)
             if res[0] != ok:
                 check(res, f"cuLaunchKernel(cudal2_splitk_reduce, grid=({r0}, 1, 1), block=256)", d)
     run.keep = (args, red, slots)   # bare addresses in the argument arrays: keep every slot alive
@@ -75,8 +77,9 @@ def bind_wgmma(k, M: int, N: int, K: int, d, stream):
     args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
     a_args = ctypes.addressof(args)
     g0 = k._grid_wgmma(M, N)
-    f, threads, smem = k.funcs["cudal2_wgmma"], k.threads, k.smem
-    launch, ok, idx = k._launcher(d), d.CUresult.CUDA_SUCCESS, k.device_index
+    threads, smem = k.threads, k.smem
+    go = fixed_launch(d, k.funcs["cudal2_wgmma"], (g0, 1, 1), (threads, 1, 1), smem, k.pdl)
+    ok, idx = d.CUresult.CUDA_SUCCESS, k.device_index
     bshape = (K, N) if k.layout == "nn" else (N, K)
     split, ws = k._global_split(), k._ws
     last = [None, _UNSEEN, None]
@@ -100,7 +103,7 @@ def bind_wgmma(k, M: int, N: int, K: int, d, stream):
         if split and ws.pairs.get(s) is not last[1]:
             ws_slot.value, cnt_slot.value = k._splitk_workspace(M, N, s)
             last[1] = ws.pairs[s]
-        res = launch(f, g0, 1, 1, threads, 1, 1, smem, s, a_args, 0)
+        res = go(s, a_args, 0)
         if res[0] != ok:
             check(res, f"cuLaunchKernel(cudal2_wgmma {M}x{N}x{K}, grid=({g0}, 1, 1), block={threads})", d)
     run.keep = (args, slots)        # bare addresses in args: keep every slot object alive

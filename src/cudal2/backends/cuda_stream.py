@@ -16,7 +16,7 @@ import ctypes
 
 from ..spec import stream_smem
 from .base import stream_getter
-from .driver import check, drv
+from .driver import check, drv, fixed_launch
 from .workspace import StreamWorkspace
 
 ENTRY_B, ENTRY_A = "cudal2_stream_b", "cudal2_stream_a"
@@ -76,7 +76,8 @@ class StreamLauncher:
         a_args = ctypes.addressof(args)
         name, (gx, gy, gz) = plan(self.spec, M, N, K)
         f, threads, smem = self.k.funcs[name], self.threads, self.smem[name]
-        launch, ok, idx = self.k._launcher(d), d.CUresult.CUDA_SUCCESS, self.k.device_index
+        go = fixed_launch(d, f, (gx, gy, gz), (threads, 1, 1), smem, self.k.pdl)
+        ok, idx = d.CUresult.CUDA_SUCCESS, self.k.device_index
         stream = stream_getter()
         split = self.spec.split_k > 1
         bufs = self.buffers
@@ -89,7 +90,7 @@ class StreamLauncher:
             s = stream(idx)
             if split:
                 u64[3].value, u64[4].value = bufs(s, (gx, gy, gz))
-            res = launch(f, gx, gy, gz, threads, 1, 1, smem, s, a_args, 0)
+            res = go(s, a_args, 0)
             if res[0] != ok:
                 check(res, f"cuLaunchKernel({name} {M}x{N}x{K}, grid=({gx}, {gy}, {gz}), block={threads})")
         run.keep = (args, slots)        # bare addresses in args: keep every slot object alive

@@ -26,14 +26,27 @@ def check(result, what: str, d=None):
     return rest[0] if len(rest) == 1 else (rest or None)
 
 
+def _pdl_config(d, gx, gy, gz, bx, by, bz, smem):
+    """A cuLaunchKernelEx config with programmatic stream serialization (its stream set by the caller)."""
+    cfg = d.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bx, by, bz
+    cfg.sharedMemBytes = smem
+    attr = d.CUlaunchAttribute()
+    attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    cfg.attrs, cfg.numAttrs = [attr], 1
+    return cfg
+
+
 def pdl_launch(d):
     """A drop-in for d.cuLaunchKernel (same arguments, same result) that launches through
     cuLaunchKernelEx with programmatic stream serialization: the kernel (built with a family's PDL)
     waits for the grids before it itself, so its launch may overlap their tail. One launch config per
-    (function, grid, block, shared memory), built once; its stream is set only when it changes."""
+    (function, grid, block, shared memory), built once; its stream is set only when it changes. The
+    per-call path's launcher; a bound size uses `fixed_launch`, which needs no lookup."""
     configs: dict = {}
     ex, stream_t = d.cuLaunchKernelEx, d.CUstream
-    prog = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
     def launch(f, gx, gy, gz, bx, by, bz, smem, stream, args, extra):
         key = (id(f), gx, gy, gz, bx, by, bz, smem)
@@ -41,16 +54,23 @@ def pdl_launch(d):
         if ent is None:
             if len(configs) >= 256:
                 configs.clear()
-            cfg = d.CUlaunchConfig()
-            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
-            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bx, by, bz
-            cfg.sharedMemBytes = smem
-            attr = d.CUlaunchAttribute()
-            attr.id = prog
-            attr.value.programmaticStreamSerializationAllowed = 1
-            cfg.attrs, cfg.numAttrs = [attr], 1
-            ent = configs[key] = [cfg, None, f]        # f kept alive with its key's id
+            ent = configs[key] = [_pdl_config(d, gx, gy, gz, bx, by, bz, smem), None, f]   # f kept alive with its id
         if ent[1] != stream:
             ent[0].hStream, ent[1] = stream_t(stream), stream
         return ex(ent[0], f, args, extra)
     return launch
+
+
+def fixed_launch(d, f, grid: tuple, block: tuple, smem: int, pdl: bool):
+    """go(stream, args, extra): f's launch at one grid, block and shared memory, everything but the
+    stream and the argument buffer fixed once (a bound size's launch: no per-call lookup). Plain
+    cuLaunchKernel, or with `pdl` cuLaunchKernelEx with programmatic stream serialization."""
+    if not pdl:
+        return functools.partial(d.cuLaunchKernel, f, *grid, *block, smem)
+    cfg, ex, stream_t, last = _pdl_config(d, *grid, *block, smem), d.cuLaunchKernelEx, d.CUstream, [None]
+
+    def go(stream, args, extra):
+        if last[0] != stream:
+            cfg.hStream, last[0] = stream_t(stream), stream
+        return ex(cfg, f, args, extra)
+    return go
