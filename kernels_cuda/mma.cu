@@ -1,7 +1,7 @@
 // cudal2 mma family (sm_80+): cp.async multi-stage pipeline -> XOR-swizzled smem -> ldmatrix ->
 // mma.sync m16n8k16 (fp16 in, fp32 accumulate) -> guarded fp16 stores (or an fp32 split-K slice).
 // Knobs arrive as macros from the renderer: BM BN BK WARPS WM WN STAGES GROUP_M SPLIT_K LAYOUT_NT;
-// PDL (pdl.cuh, an experiment, 0): every entry point waits for the grids before it first.
+// PDL (pdl.cuh, 1 by default since 2026-12-06, 0 turns it off): every entry point waits for the grids before it first.
 //   LAYOUT_NT=0: B is [K,N] row-major (smem [BK][BN], read with ldmatrix.trans)
 //   LAYOUT_NT=1: B is [N,K] row-major (smem [BN][BK], read like A)
 // Two entry points share one body: _vec (16-byte cp.async, needs K%8==N%8==0 and 16-byte aligned

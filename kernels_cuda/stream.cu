@@ -33,7 +33,7 @@
 // CTA (16..64), warps -> WARPS (K split inside the CTA), stages -> STAGES (32-k chunks in flight per
 // warp / ring depth), split_k -> SPLIT_K (K split across CTAs). bk is the chunk, pinned to 32.
 // Needs K % 8 == 0 and 16-byte aligned A and B (the host checks); M, N any size >= 1.
-// PDL (pdl.cuh, an experiment, 0): both entry points wait for the grids before them first.
+// PDL (pdl.cuh, 1 by default since 2026-12-06, 0 turns it off): both entry points wait for the grids before them first.
 
 #define THREADS (WARPS * 32)
 #define MI (BM / 16)

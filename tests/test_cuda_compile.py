@@ -541,9 +541,10 @@ def test_pdl_refuses_early_loads(backend):
     assert b"cudal2_pdl" not in early.binary
 
 
-# PDL in the mma and stream families (an experiment, 0 in every filed kernel): every entry point
-# waits once (ACQBULK) before anything else it does, the module carries the symbol the launcher reads,
-# no spills; on sm_80 (no griddepcontrol) PDL=1 builds the plain kernel; the default is PDL=0's code.
+# PDL in the mma and stream families (1 by default since 2026-12-06): every entry point waits once
+# (ACQBULK) before anything else it does, the module carries the symbol the launcher reads, no
+# spills, no trigger; on sm_80 (no griddepcontrol) PDL=1 builds the plain kernel; PDL=0 has neither
+# the wait nor the symbol; the default is PDL=1's machine code.
 @pytest.mark.parametrize("text, shape, entries", [
     ("family=mma bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2", "100x64x96:nt", 3),
     ("family=mma bm=64 bn=64 bk=32 warps=4 stages=3", "100x64x96:nn", 3),    # the reduce is built too
@@ -562,4 +563,6 @@ def test_pdl_in_mma_and_stream(backend, sass, text, shape, entries):
         assert first(["ACQBULK"]) < first(["LDG", "LDGSTS", "STG", "ATOM", "RED"])
     old = backend.compile_source(spec, "#define PDL 1\n" + src, "sm_80", p.layout)
     assert b"cudal2_pdl" not in old.binary and "ACQBULK" not in sass(old.binary)
-    assert same_machine_code("#define PDL 0\n" + src, src, "sm_90a")
+    plain = backend.compile_source(spec, "#define PDL 0\n" + src, "sm_90a", p.layout)
+    assert b"cudal2_pdl" not in plain.binary and "ACQBULK" not in sass(plain.binary)
+    assert same_machine_code("#define PDL 1\n" + src, src, "sm_90a")

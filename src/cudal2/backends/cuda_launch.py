@@ -91,9 +91,9 @@ class CudaKernel:
             # EPI_WIDE (wgmma.cu: on where the swizzled boxes would be 16 columns, 7 or more of them):
             # C's store box is a whole subtile wide, unswizzled.
             self.epi_wide = d.cuModuleGetGlobal(self.module, b"cudal2_epi_wide")[0] == d.CUresult.CUDA_SUCCESS
-        # PDL (wgmma.cu's default since 2026-12-06; an experiment in mma.cu / stream.cu; the module
-        # says so): launched with programmatic stream serialization, so its launch overlaps the
-        # previous kernel's tail where no event sits between them (the kernel waits for it itself).
+        # PDL (every CUDA family's default since 2026-12-06: wgmma.cu, pdl.cuh; the module says so):
+        # launched with programmatic stream serialization, so its launch overlaps the previous
+        # kernel's tail where no event sits between them (the kernel waits for it itself).
         self.pdl = d.cuModuleGetGlobal(self.module, b"cudal2_pdl")[0] == d.CUresult.CUDA_SUCCESS
         self.sm_count = self.device_info.sm_count     # read once by cudal2.device, not asked again
         self.threads = self.spec.warps * 32
