@@ -7,9 +7,10 @@ PDL build beat best-cublas where no event sits between calls?
   python3 bench/graph_clock.py --out $OUT [--classes small,skinny] [--layouts nt] [--per-class 16]
       [--variant PDL=1 --variant PDL=2 ...] [--families wgmma,mma,stream] [--max-us 12] [--max-seconds 300]
 
-Per shape (the card's filed CUDA entries of the families (default wgmma) and classes asked, spread over their filed times, at
+Per shape (the card's filed entries of the families (default wgmma) and classes asked, spread over their filed times, at
 most --per-class a class and layout): the filed kernel, its builds with each --variant's template
-macros (default PDL=1: wgmma.cu's programmatic dependent launch) and the baselines of the layout, each checked (random) and bound to one side stream (graph capture cannot
+macros (default PDL=1: wgmma.cu's programmatic dependent launch; for the Triton family tiled the
+one variant is PDL=0 or PDL=1, the load's `pdl`, kernels_triton/tiled.py) and the baselines of the layout, each checked (random) and bound to one side stream (graph capture cannot
 use the legacy default stream; the cuBLAS handle keeps the stream of its prepare); then timed
 interleaved by the offline loop and by graph replays. Writes graph_clock_<card>_<commit>.csv (a row
 per shape: each candidate's µs per clock, best-cublas per clock, filed and PDL over best-cublas per
@@ -59,6 +60,14 @@ def summarize(rows: list[dict]) -> dict:
             for g, per in out.items()}
 
 
+def triton_variant(spec, p, dev, defines: dict):
+    """The Triton kernel loaded with PDL on or off (its only variant here)."""
+    from cudal2.backends import triton as tb
+    if set(defines) != {"PDL"} or defines["PDL"] not in (0, 1):
+        raise ValueError(f"a Triton variant is PDL=0 or PDL=1, not {defines}")
+    return tb.load(tb.compile(spec, p, dev), pdl=bool(defines["PDL"]))
+
+
 def bench_shape(e, dev, args, variants: dict[str, dict]) -> dict:
     import torch
 
@@ -71,7 +80,8 @@ def bench_shape(e, dev, args, variants: dict[str, dict]) -> dict:
     row = {"problem": p.text, "layout": p.layout, "class": shape_class(p.M, p.N, p.K), "spec": e.spec,
            "filed_at_us": e.time_us}
     ks = {"filed": build_kernel(spec, p, dev)}
-    ks.update({n: build_variant(spec, p, dev, prefix(d)) for n, d in variants.items()})
+    ks.update({n: (triton_variant(spec, p, dev, d) if spec.backend == "triton" else build_variant(spec, p, dev, prefix(d)))
+               for n, d in variants.items()})
     for n, k in ks.items():
         rep = check_kernel(k, p, "cuda", checks=("random",))
         if not rep.passed:
@@ -104,8 +114,8 @@ def main(argv=None) -> int:
     ap.add_argument("--per-class", type=int, default=16, help="shapes a (class, layout), at most")
     ap.add_argument("--variant", action="append", metavar="'NAME=INT ...'",
                     help="one variant's template macros (repeat for more; default PDL=1)")
-    ap.add_argument("--families", default="wgmma", help="CUDA families whose filed entries to time "
-                    "(wgmma, mma, stream: each has a PDL template macro)")
+    ap.add_argument("--families", default="wgmma", help="families whose filed entries to time "
+                    "(wgmma, mma, stream: each has a PDL template macro; tiled: Triton, PDL=0 or 1)")
     ap.add_argument("--max-us", type=float, default=0.0, help="only entries filed at most this many µs (0: any)")
     ap.add_argument("--min-ms", type=float, default=15.0, help="offline timing per candidate, at least")
     ap.add_argument("--replays", type=int, default=30, help="graph replays per candidate")
@@ -116,9 +126,9 @@ def main(argv=None) -> int:
     classes = [x for x in args.classes.split(",") if x]
     families = [x for x in args.families.split(",") if x]
     if not set(layouts) <= {"nn", "nt"} or not set(classes) <= set(SHAPE_CLASSES) or args.per_class < 1 \
-            or not families or not set(families) <= {"wgmma", "mma", "stream"}:
+            or not families or not set(families) <= {"wgmma", "mma", "stream", "tiled"}:
         ap.error(f"--layouts from nn,nt; --classes from {','.join(SHAPE_CLASSES)}; --per-class >= 1; "
-                 "--families from wgmma,mma,stream")
+                 "--families from wgmma,mma,stream,tiled")
     try:
         variants = {variant_name(d): d for d in map(parse_variant, args.variant or ["PDL=1"])}
     except ValueError as ex:

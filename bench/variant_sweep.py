@@ -45,12 +45,12 @@ def variant_name(defines: dict[str, int]) -> str:
 
 
 def entries(registry, device_key: str, layouts, classes, stride: int, families=("wgmma",)) -> list:
-    """The registry's CUDA entries of the families (wgmma), layouts and shape classes asked for,
-    every stride-th."""
+    """The registry's kernel entries of the families (wgmma; a Triton family such as tiled for
+    bench/graph_clock.py), layouts and shape classes asked for, every stride-th."""
     from cudal2.stats import shape_class
     out = []
     for e in sorted(registry.all(device_key), key=lambda e: e.problem):
-        if e.backend != "cuda" or not any(f" family={f} " in f" {e.spec} " for f in families):
+        if e.backend not in ("cuda", "triton") or not any(f" family={f} " in f" {e.spec} " for f in families):
             continue
         p = e.prob
         if p.layout in layouts and (not classes or shape_class(p.M, p.N, p.K) in classes):

@@ -32,8 +32,9 @@ def _stub():
     from triton.backends.compiler import GPUTarget
     from triton.compiler import CompiledKernel
 
-    launches = []
+    launches = _Launches()
     count = [0]
+    compiled = {}           # function id -> what its compile was asked: launch_pdl, the PDL constexpr
 
     class _Driver:
         def get_current_device(self):
@@ -57,6 +58,10 @@ def _stub():
         k.module, k._module_pid, k.function, k._run = "stub", None, fid, run
         k.packed_metadata, k.src, k.name, k.hash = (fid, 1, 0), src, f"stub{fid}", str(fid)
         k.metadata = None
+        names = list(src.fn.arg_names)
+        pdl = src.constants.get((names.index("PDL"),)) if "PDL" in names else None
+        compiled[fid] = {"name": src.fn.__name__, "launch_pdl": bool((options or {}).get("launch_pdl")),
+                         "PDL": pdl}
         return k
 
     from cudal2.kernels_triton import persistent, tiled
@@ -70,7 +75,12 @@ def _stub():
     from cudal2.backends import triton_direct as td
     td.device_index = lambda: 0
     td.raw_stream = lambda i: 5
+    launches.compiled = compiled
     return launches
+
+
+class _Launches(list):
+    compiled: dict
 
 
 def _norm(args):
@@ -151,6 +161,7 @@ def _worker() -> None:
                 finally:
                     knobs.runtime.launch_enter_hook.remove(hook)
                 row["hooked"] = list(launches)
+                row["compiled"] = [launches.compiled[x["function"]] for x in row["jit"]]
                 launches.clear()
                 k.unchecked(a, b, c)
                 row["after_hook"] = list(launches)
@@ -207,6 +218,20 @@ def test_first_call_jit_then_direct_with_the_same_launch(reports):
             # The same compiled kernel, grid, stream and every argument, constexprs included.
             for key in ("function", "meta", "grid", "stream", "args"):
                 assert j[key] == d[key], (r["case"], key, j[key], d[key])
+
+
+def test_tiled_launches_with_pdl_on_sm90(reports):
+    """The tiled family on sm_90 (kernels_triton/tiled.py's PDL): both its launches (the split-K
+    reduce too) are compiled with the wait (the PDL constexpr) and Triton's launch_pdl together, and
+    the direct path launches those very kernels (the test above); the persistent family has neither."""
+    for r in _cases(reports):
+        names = [c["name"] for c in r["compiled"]]
+        if r["case"].startswith("tiled"):
+            assert names == (["tiled_kernel", "splitk_reduce_kernel"] if "sk2" in r["case"] else ["tiled_kernel"])
+            assert all(c["launch_pdl"] and c["PDL"] is True for c in r["compiled"]), r
+        else:
+            assert names == ["persistent_kernel"] and not r["compiled"][0]["launch_pdl"], r
+            assert r["compiled"][0]["PDL"] is None, r
 
 
 def test_direct_path_passes_each_calls_pointers(reports):

@@ -38,10 +38,21 @@ def test_summary_per_class_layout_and_all():
 
 def test_bad_arguments_are_refused(tmp_path):
     for bad in (["--variant", "PDL"], ["--classes", "tiny"], ["--layouts", "tn"], ["--per-class", "0"],
-                ["--families", "tiled"]):
+                ["--families", "persistent"]):
         with pytest.raises(SystemExit):
             gc.main(["--out", str(tmp_path / "g"), *bad])
     for bad in (["--pdl", "4"], ["--calls", "0"], ["--max-entries", "0"]):
         with pytest.raises(SystemExit):
             pp.main(["--out", str(tmp_path / "p"), *bad])
     assert not (tmp_path / "g").exists() and not (tmp_path / "p").exists()
+
+
+def test_triton_variant_is_pdl_on_or_off_only():
+    """A Triton entry's variant is the load's pdl (kernels_triton/tiled.py); template macros are refused
+    before anything compiles."""
+    from cudal2.device import DeviceInfo
+    from cudal2.spec import KernelSpec
+    spec = KernelSpec.parse("backend=triton family=tiled bm=64 bn=64 bk=32 warps=4 stages=3")
+    for bad in ({"PDL": 2}, {"EPI_WIDE": 1}, {"PDL": 1, "A_TRIM": 0}):
+        with pytest.raises(ValueError, match="PDL=0 or PDL=1"):
+            gc.triton_variant(spec, Problem.parse("64x64x64:nt"), DeviceInfo.target("sm_90a"), bad)

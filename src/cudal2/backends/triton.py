@@ -63,11 +63,28 @@ def spec_knobs(spec: KernelSpec, mod) -> tuple[dict, dict]:
     return cex, opts
 
 
-def _constexprs(spec: KernelSpec, layout: str) -> tuple[dict, dict]:
+def pdl_default(spec: KernelSpec, device: DeviceInfo, mod=None) -> bool:
+    """Programmatic dependent launch (kernels_triton/tiled.py's header): the tiled family on sm_90+,
+    compiled (not under the interpreter), where the kernel text has the PDL constexpr (a stored
+    text from before 2026-12-06 has not). The persistent family has none: its device-side TMA
+    descriptors are written to a scratch buffer shared per stream before anything could wait."""
+    if spec.family != "tiled" or INTERPRET or tuple(device.cc) < (9, 0):
+        return False
+    return "PDL" in (mod or _family_module("tiled")).tiled_kernel.arg_names
+
+
+def _constexprs(spec: KernelSpec, layout: str, pdl: bool = False) -> tuple[dict, dict]:
     mod = _family_module(spec.family)
     cex, opts = spec_knobs(spec, mod)
     if spec.family == "persistent":
         cex = mod.constexprs_for(cex, layout)
+    else:
+        # Passed either way: the direct path passes every parameter by name. The constexpr (the
+        # wait in the kernel) and the launch attribute go together: a PDL launch of a kernel that
+        # does not wait could read what the grid before it still writes.
+        cex["PDL"] = bool(pdl)
+        if pdl:
+            opts["launch_pdl"] = True
     return cex, opts
 
 
@@ -75,6 +92,7 @@ def _constexprs(spec: KernelSpec, layout: str) -> tuple[dict, dict]:
 def render(spec: KernelSpec, problem: Problem) -> str:
     mod = _family_module(spec.family)
     cex, opts = _constexprs(spec, problem.layout)
+    cex.pop("PDL", None)    # set per device at compile and load (pdl_default), not part of the text
     return (inspect.getsource(mod).rstrip() + "\n" + FOOTER
             + f"SPEC = {spec.text!r}\nLAYOUT = {problem.layout!r}\n"
             + f"CONSTEXPRS = {cex!r}\nOPTIONS = {opts!r}\n")
@@ -202,7 +220,8 @@ def compile(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact:
     if hit is not None:
         return Artifact(hit.backend, hit.spec, hit.source, hit.binary, {**hit.meta, "cached": True})
     source = render(spec, problem)
-    cex, opts = _constexprs(spec, problem.layout)
+    pdl = pdl_default(spec, device)
+    cex, opts = _constexprs(spec, problem.layout, pdl)
     fn, args = _launch_args(spec, problem)
     meta = {"kernel": fn.__name__, "layout": problem.layout, "device": device.to_dict(),
             "triton": triton.__version__, "cached": False}
@@ -213,15 +232,15 @@ def compile(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact:
         try:
             compiled = _aot(fn, args, _jit_kwargs(fn, cex, opts), cc)
             if spec.family == "tiled" and spec.split_k > 1:
-                red = _family_module("tiled").splitk_reduce_kernel
+                tiled = _family_module("tiled")
+                red = tiled.splitk_reduce_kernel
                 _aot(red, [_Ptr(torch.float32), _Ptr(torch.float16), problem.M, problem.N, problem.N, 1],
-                     {"SPLIT_K": spec.split_k, "BLOCK": _family_module("tiled").REDUCE_BLOCK,
-                      "num_warps": 4, "enable_fp_fusion": True, **_jit_kwargs(red, {}, {})}, cc)
+                     {**tiled.reduce_args(cex, opts), **_jit_kwargs(red, {}, {})}, cc)
         except Exception as e:  # Triton raises CompilationError, RuntimeError, AssertionError ...
             raise CompileError(f"triton {triton.__version__} failed to compile {spec.text} for sm_{cc}: "
                                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                                log=str(e)) from e
-        meta.update(arch=f"sm_{cc}" + ("a" if cc == 90 else ""), kernel=compiled.metadata.name,
+        meta.update(arch=f"sm_{cc}" + ("a" if cc == 90 else ""), kernel=compiled.metadata.name, pdl=pdl,
                     global_scratch=int(getattr(compiled.metadata, "global_scratch_size", 0) or 0),
                     warp_specialized="ttg.warp_specialize" in compiled.asm.get("ttgir", ""),
                     **_resources(compiled))
@@ -236,16 +255,25 @@ _MAX_BINDS = 256           # problem sizes bound per kernel before the table is 
 
 
 class TritonKernel:
-    """Kernel(a, b, c, stream=None) for one spec and layout; serves every problem it supports."""
+    """Kernel(a, b, c, stream=None) for one spec and layout; serves every problem it supports.
+    `pdl` None: programmatic dependent launch where `pdl_default` says (False: the A/B of
+    bench/graph_clock.py)."""
 
-    def __init__(self, artifact: Artifact):
+    def __init__(self, artifact: Artifact, pdl: bool | None = None):
         self.spec = artifact.spec
         self.layout = artifact.meta.get("layout", "nn")
         self.device = DeviceInfo.from_dict(artifact.meta["device"])
         self.artifact = artifact
         self._mod = _module_for(artifact.source, self.spec.family)
         self._persistent = self.spec.family == "persistent"
-        self._cex, self._opts = _constexprs(self.spec, self.layout)
+        can = pdl_default(self.spec, self.device, self._mod)
+        if pdl and not can:
+            raise ValueError(f"PDL needs the tiled family compiled for sm_90+ from a text with the PDL "
+                             f"constexpr ({self.spec.text}, cc {self.device.cc}, interpreter {INTERPRET})")
+        self.pdl = can if pdl is None else bool(pdl)
+        self._cex, self._opts = _constexprs(self.spec, self.layout, self.pdl)
+        if not self._persistent and "PDL" not in self._mod.tiled_kernel.arg_names:
+            del self._cex["PDL"]        # a stored text from before PDL (launched through the JIT)
         self._sm_count: int | None = None
         self._nt = self.layout == "nt"
         self._binds: dict = {}          # (M, N, K) -> bound launch
@@ -348,9 +376,10 @@ class TritonKernel:
         out = [(mod.tiled_kernel, [a, b, c, ws if split > 1 else c], ints, cex, opts,
                 mod.grid(M, N, cex["BM"], cex["BN"], split))]
         if split > 1:
+            red = mod.reduce_args(cex, opts)
+            rcex = {k: red.pop(k) for k in ("SPLIT_K", "BLOCK", "PDL") if k in red}
             out.append((mod.splitk_reduce_kernel, [ws, c], {"M": M, "N": N, "stride_cm": N, "stride_cn": 1},
-                        {"SPLIT_K": split, "BLOCK": mod.REDUCE_BLOCK}, {"num_warps": 4, "enable_fp_fusion": True},
-                        (triton.cdiv(M * N, mod.REDUCE_BLOCK),)))
+                        rcex, red, (triton.cdiv(M * N, mod.REDUCE_BLOCK),)))
         return out
 
     def _make_bound(self, M: int, N: int, K: int):
@@ -397,10 +426,10 @@ class TritonKernel:
         return launch
 
 
-def load(artifact: Artifact) -> TritonKernel:
+def load(artifact: Artifact, pdl: bool | None = None) -> TritonKernel:
     if artifact.backend != "triton":
         raise ValueError(f"artifact is for backend {artifact.backend!r}, not triton")
-    return TritonKernel(artifact)
+    return TritonKernel(artifact, pdl)
 
 
 class _TritonBackend:

@@ -1,0 +1,95 @@
+"""Programmatic dependent launch in the tiled Triton family (kernels_triton/tiled.py's header), on a
+machine without a GPU: compiled for sm_90 with PDL, the kernel waits (griddepcontrol.wait) before
+any global load or store and its compiled metadata asks for the PDL launch; without PDL, neither.
+The split-K reduce follows the tiled launch. pdl_default: on for tiled on sm_90+, off for the
+persistent family, an older arch, and a stored text from before PDL. The direct path launching
+these kernels is tests/test_direct_launch.py's; on a card, tests/test_pdl_families_gpu.py.
+
+The sm_90 compiles run in a child process with TRITON_INTERPRET unset (as test_triton_compile.py's).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve()
+SPECS = ["family=tiled bm=64 bn=64 bk=32 warps=4 stages=3 group_m=8",
+         "family=tiled bm=32 bn=64 bk=64 warps=4 stages=2 split_k=3"]
+
+
+def _order(ptx: str) -> dict:
+    """Line numbers of the first wait, global load and global store (None: absent)."""
+    lines = ptx.splitlines()
+    first = lambda op: next((i for i, line in enumerate(lines) if op in line), None)  # noqa: E731
+    return {"wait": first("griddepcontrol.wait"), "load": first("ld.global"), "store": first("st.global"),
+            "cp": first("cp.async"), "waits": sum("griddepcontrol.wait" in line for line in lines)}
+
+
+def _worker() -> None:
+    import torch
+
+    from cudal2.backends import triton as tb
+    from cudal2.device import DeviceInfo
+    from cudal2.kernels_triton import tiled
+    from cudal2.problems import Problem
+    from cudal2.spec import KernelSpec
+    dev = DeviceInfo.target("sm_90a")
+    for text in SPECS:
+        spec = KernelSpec.parse(text)
+        for layout in ("nn", "nt"):
+            p = Problem(1000, 300, 777, layout)
+            fn, args = tb._launch_args(spec, p)
+            row = {"spec": text, "layout": layout, "default": tb.pdl_default(spec, dev)}
+            for pdl in (True, False):
+                cex, opts = tb._constexprs(spec, layout, pdl)
+                k = tb._aot(fn, args, tb._jit_kwargs(fn, cex, opts), 90)
+                row[f"tiled_{pdl}"] = {**_order(k.asm["ptx"]), "launch_pdl": bool(k.metadata.launch_pdl)}
+                if spec.split_k > 1:
+                    red = tiled.splitk_reduce_kernel
+                    r = tb._aot(red, [tb._Ptr(torch.float32), tb._Ptr(torch.float16), p.M, p.N, p.N, 1],
+                                {**tiled.reduce_args(cex, opts), **tb._jit_kwargs(red, {}, {})}, 90)
+                    row[f"reduce_{pdl}"] = {**_order(r.asm["ptx"]), "launch_pdl": bool(r.metadata.launch_pdl)}
+            print(json.dumps(row), flush=True)
+    pers = KernelSpec.parse("family=persistent bm=128 bn=128 bk=64 warps=8 stages=3 subtile=2")
+    old = DeviceInfo.target("sm_80")
+    print(json.dumps({"persistent": tb.pdl_default(pers, dev), "sm_80": tb.pdl_default(KernelSpec.parse(SPECS[0]), old),
+                      "footer_has_pdl": "PDL" in tb.render(KernelSpec.parse(SPECS[0]), Problem(64, 64, 64)).split(tb.FOOTER)[1]}),
+          flush=True)
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, str(HERE), "--worker"], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_tiled_waits_before_any_global_access_with_pdl(rows):
+    kernels = [r for r in rows if "spec" in r]
+    assert len(kernels) == 2 * len(SPECS)
+    for r in kernels:
+        assert r["default"] is True, r
+        for name in ("tiled", "reduce") if "split_k=3" in r["spec"] else ("tiled",):
+            on, off = r[f"{name}_True"], r[f"{name}_False"]
+            assert on["launch_pdl"] and on["waits"] == 1, (r["spec"], name, on)
+            accesses = [x for x in (on["load"], on["store"], on["cp"]) if x is not None]
+            assert accesses and on["wait"] < min(accesses), (r["spec"], name, on)
+            assert not off["launch_pdl"] and off["waits"] == 0, (r["spec"], name, off)
+
+
+def test_pdl_default_off_where_it_cannot_apply(rows):
+    last = rows[-1]
+    # persistent: TMA descriptors written to per-stream scratch; sm_80: no griddepcontrol; the
+    # stored text's footer says nothing of PDL (a per-device choice, not part of the text).
+    assert last == {"persistent": False, "sm_80": False, "footer_has_pdl": False}
+
+
+if __name__ == "__main__" and "--worker" in sys.argv:
+    _worker()
