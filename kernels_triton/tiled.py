@@ -34,7 +34,10 @@ import triton.language as tl
 
 try:        # triton >= 3.4 (the card's 3.6, CI's 3.9); without it the backend never sets PDL
     from triton.language.extra.cuda import gdc_wait
+    HAS_GDC = True
 except ImportError:  # pragma: no cover
+    HAS_GDC = False
+
     @triton.jit
     def gdc_wait():
         pass

@@ -68,9 +68,21 @@ def pdl_default(spec: KernelSpec, device: DeviceInfo, mod=None) -> bool:
     compiled (not under the interpreter), where the kernel text has the PDL constexpr (a stored
     text from before 2026-12-06 has not). The persistent family has none: its device-side TMA
     descriptors are written to a scratch buffer shared per stream before anything could wait."""
-    if spec.family != "tiled" or INTERPRET or tuple(device.cc) < (9, 0):
+    if spec.family != "tiled" or INTERPRET or tuple(device.cc) < (9, 0) or not _triton_launches_pdl():
         return False
-    return "PDL" in (mod or _family_module("tiled")).tiled_kernel.arg_names
+    mod = mod or _family_module("tiled")
+    # HAS_GDC: the wait is Triton's, not the no-op stand-in (a PDL launch without it would race).
+    return "PDL" in mod.tiled_kernel.arg_names and getattr(mod, "HAS_GDC", False)
+
+
+def _triton_launches_pdl() -> bool:
+    """Triton's CUDA options know launch_pdl (since 3.4; an unknown option would be dropped
+    silently, and the kernel would wait without the launch that makes the wait mean anything)."""
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except ImportError:  # pragma: no cover
+        return False
+    return "launch_pdl" in getattr(CUDAOptions, "__dataclass_fields__", {})
 
 
 def _constexprs(spec: KernelSpec, layout: str, pdl: bool = False) -> tuple[dict, dict]:
