@@ -15,7 +15,7 @@ recheck() {
   timeout $(($1 - 100)) python3 bench/variant_sweep.py --out "$OUT" --variant "$2" \
     --max-seconds $(($1 - 160)) 2>&1 | tail -12
   rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
-  timeout 230 cudal2 registry verify --gpu --render --record --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
+  timeout 230 cudal2 registry verify --gpu --render --record --pending-only --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
   tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
 }
 
@@ -173,22 +173,24 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         --registry src/cudal2/registry --min-ms 15 --eager-ms 2 --no-table --json "$gjson" --resume 2>&1 | tail -12
       gzip -c "$gjson" >"$OUT/$(basename "$gjson").gz" ;;
     next)
-      # The first call of the next card session (written 2026-12-06 on a CPU, after a session with no
-      # card), by card, ~520 s at most: on an H200 the re-check of its 556 wgmma entries left pending
-      # by PDL's default (recheck's own stage, its sweep cut to 100 s), then the GPU tests no card has
-      # run: the mma split-K on two streams (per-stream workspace, 2026-12-06) and PDL in the mma /
-      # stream families. On an H100 (no entries pending there) the same tests, then the mma / stream
-      # filed kernels with PDL=1 on both clocks (bench/graph_clock.py).
-      ntests="tests/test_backends_gpu.py::test_mma_split_k_is_deterministic_and_stream_safe tests/test_pdl_families_gpu.py"
+      # The first call of the next card session (rewritten 2026-12-06 12:50, CPU), by card, ~520 s at
+      # most. PDL became the default in mma / stream (pdl.cuh, run 129) and Triton tiled (tiled.py,
+      # not yet run on a card): the PDL GPU tests first (mma / stream / Triton: checker, chains,
+      # graphs), then Triton tiled's filed kernels with PDL off beside the default on both clocks
+      # (bench/graph_clock.py), then the re-check of the card's pending entries (the H200: 556
+      # wgmma + 81 mma / stream + 104 tiled; the H100: 78 mma / stream + 90 tiled): on an H200 by
+      # recheck's own stage (its sweep warms the compiles), on an H100 verify alone.
+      ntests="tests/test_pdl_families_gpu.py tests/test_backends_gpu.py::test_mma_split_k_is_deterministic_and_stream_safe"
+      timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 50 -rfE $ntests \
+        >"$OUT/gpu_tests.txt" 2>&1; tail -6 "$OUT/gpu_tests.txt"
+      timeout 150 python3 bench/graph_clock.py --out "$OUT" --families tiled --variant PDL=0 \
+        --classes small,skinny,starved,shortK,mid,large --layouts nt,nn --per-class 6 --max-seconds 105 2>&1 | tail -9
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         recheck 260 PDL=0,EPI_WIDE=0
-        timeout 110 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 60 -rfE $ntests \
-          >"$OUT/gpu_tests.txt" 2>&1; tail -12 "$OUT/gpu_tests.txt"
       else
-        timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 60 -rfE $ntests \
-          >"$OUT/gpu_tests.txt" 2>&1; tail -12 "$OUT/gpu_tests.txt"
-        timeout 330 python3 bench/graph_clock.py --out "$OUT" --families mma,stream --variant PDL=1 \
-          --classes small,skinny --layouts nt,nn --max-seconds 280 2>&1 | tail -16
+        rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
+        timeout 240 cudal2 registry verify --gpu --render --record --pending-only --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
+        tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
       fi ;;
     *)
       echo "unknown stage $stage" ;;

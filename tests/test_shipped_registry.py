@@ -5,6 +5,8 @@ kernels_triton/ or kernels_cuda/ that changes what a shipped spec renders would 
 CI green while those entries are refused at run time and every such call falls back to torch.
 About 4 s on 2 cores (2026-12-03).
 """
+import types
+
 import pytest
 
 from cudal2.registry import Registry
@@ -236,3 +238,33 @@ def test_verify_record_refuses_the_shipped_registry():
     r = CliRunner().invoke(app, ["registry", "verify", "--record", "--no-gpu"])
     assert r.exit_code == 1 and "the shipped registry is read-only here" in r.output
     assert "ok," not in r.output
+
+
+def test_verify_pending_only_checks_only_the_pending_kernels(tmp_path, monkeypatch):
+    """`verify --gpu --pending-only`: the checker runs (a stand-in card: build and check recorded) on
+    the running card's pending kernels only; its other kernels are hashed and rendered, another
+    card's are not built; without the flag every kernel of the card is checked."""
+    import cudal2.backends
+    import cudal2.check
+    import cudal2.device
+    dest = Registry.load().export(tmp_path / "reg")
+    reg = Registry.load(dest)
+    for e in [e for e in reg.all("h100-sm90") if e.backend != "cublas" and e.check.get("passed")][:3]:
+        e.check = {**e.check, "passed": None}           # as `rerender` leaves them
+    (dest / "index.json").write_text(reg.to_json())
+    reg = Registry.load(dest)
+    dev = types.SimpleNamespace(key="h100-sm90")         # the running card (only its key is read)
+    monkeypatch.setattr(cudal2.device, "gpu_available", lambda: True)
+    monkeypatch.setattr(cudal2.device, "current", lambda: dev)
+    built = []
+    monkeypatch.setattr(cudal2.backends, "build_kernel", lambda spec, prob, d: built.append(prob.text) or object())
+    monkeypatch.setattr(cudal2.check, "check_kernel",
+                        lambda k, p, device="cuda", **kw: types.SimpleNamespace(passed=True, reason=""))
+    mine = [e for e in reg.all("h100-sm90") if e.backend != "cublas"]
+    pending = {e.prob.text for e in mine if e.check.get("passed") is None}
+    res = reg.verify(gpu=True, render=True, pending_only=True)
+    assert all(r.ok for r in res) and sorted(built) == sorted(pending) and 0 < len(pending) < len(mine)
+    assert {r.entry for r in res if r.checked} == {e.key for e in mine if e.check.get("passed") is None}
+    built.clear()
+    reg.verify(gpu=True, render=False)
+    assert sorted(built) == sorted(e.prob.text for e in mine)

@@ -122,7 +122,10 @@ def verify_cmd(registry: Optional[str] = _REG_OPT,
                gpu: Optional[bool] = typer.Option(None, "--gpu/--no-gpu", help="re-run the checker (default: if a GPU is visible)"),
                render: bool = typer.Option(False, "--render", help="also re-render each spec and compare hashes"),
                record: bool = typer.Option(False, "--record", help="write check.passed for pending (re-rendered) "
-                                           "entries that the GPU checker just passed")) -> None:
+                                           "entries that the GPU checker just passed"),
+               pending_only: bool = typer.Option(False, "--pending-only", help="with the GPU checker, re-check "
+                                                 "only the pending (re-rendered) entries; the rest are "
+                                                 "hashed (and rendered) only")) -> None:
     """Re-hash every entry's source (and with a GPU re-run the checker); exit 1 naming any bad one."""
     from .errors import fail
     from ..registry import RegistryError
@@ -132,7 +135,7 @@ def verify_cmd(registry: Optional[str] = _REG_OPT,
              "(--registry DIR), ship that", code=1)
         return
     try:
-        res = reg.verify(gpu=gpu, render=render)
+        res = reg.verify(gpu=gpu, render=render, pending_only=pending_only)
     except RegistryError as e:
         fail(str(e))
         return

@@ -389,6 +389,8 @@ class Registry:
         """upkeep.rerender: new sources for entries whose backend renders their spec otherwise."""
         return upkeep.rerender(self, compare_sass)
 
-    def verify(self, gpu: bool | None = None, render: bool = False) -> list[upkeep.VerifyResult]:
-        """upkeep.verify: re-hash, re-render and (on the entry's card) re-check every entry."""
-        return upkeep.verify(self, gpu, render)
+    def verify(self, gpu: bool | None = None, render: bool = False,
+               pending_only: bool = False) -> list[upkeep.VerifyResult]:
+        """upkeep.verify: re-hash, re-render and (on the entry's card) re-check every entry (or
+        only the pending ones)."""
+        return upkeep.verify(self, gpu, render, pending_only)

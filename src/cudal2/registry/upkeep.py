@@ -87,10 +87,12 @@ def rerender(reg, compare_sass: bool = True) -> list[Entry]:
     return changed
 
 
-def verify(reg, gpu: bool | None = None, render: bool = False) -> list[VerifyResult]:
+def verify(reg, gpu: bool | None = None, render: bool = False, pending_only: bool = False) -> list[VerifyResult]:
     """Re-hash every entry's source and re-check its spec against its problem. `render`: also
     re-render the spec through its backend and compare hashes. `gpu` (None: if one is visible):
-    also rebuild each kernel of the running device and re-run the PROTOCOL checker."""
+    also rebuild each kernel of the running device and re-run the PROTOCOL checker; `pending_only`:
+    only the kernels whose check is pending (check.passed None, after `rerender`), the rest hashed
+    and rendered as without a GPU (a card session's minutes go to what changed)."""
     from ..spec import KernelSpec, violations
     out = [VerifyResult(k, False, r) for k, r in reg.bad]
     dev_info = None
@@ -114,7 +116,8 @@ def verify(reg, gpu: bool | None = None, render: bool = False) -> list[VerifyRes
             if render or (dev_info is not None and dev_info.key == e.device):
                 check_render(e, spec)     # read_source above proved text hashes to e.sha256
                 note += ", render ok"
-            if dev_info is not None and dev_info.key == e.device:
+            if dev_info is not None and dev_info.key == e.device \
+                    and not (pending_only and e.check.get("passed") is not None):
                 from ..backends import build_kernel
                 from ..check import check_kernel
                 kern = build_kernel(spec, e.prob, dev_info)
