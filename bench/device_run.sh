@@ -173,17 +173,18 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         --registry src/cudal2/registry --min-ms 15 --eager-ms 2 --no-table --json "$gjson" --resume 2>&1 | tail -12
       gzip -c "$gjson" >"$OUT/$(basename "$gjson").gz" ;;
     next)
-      # The first call of the next card session (rewritten 2026-12-06 12:50, CPU), by card, ~520 s at
-      # most. PDL became the default in mma / stream (pdl.cuh, run 129) and Triton tiled (tiled.py,
-      # not yet run on a card): the PDL GPU tests first (mma / stream / Triton: checker, chains,
-      # graphs), then Triton tiled's filed kernels with PDL off beside the default on both clocks
-      # (bench/graph_clock.py), then the re-check of the card's pending entries (the H200: 556
-      # wgmma + 81 mma / stream + 104 tiled; the H100: 78 mma / stream + 90 tiled): on an H200 by
-      # recheck's own stage (its sweep warms the compiles), on an H100 verify alone.
+      # The first call of the next card session (rewritten 2026-12-06 13:15, CPU), by card, ~520 s at
+      # most. PDL became the default in mma / stream (pdl.cuh, run 129); Triton tiled has it as an
+      # experiment (off by default, not yet run on a card): the PDL GPU tests first (mma / stream /
+      # Triton: checker, chains, graphs), then Triton tiled's filed kernels with PDL=1 beside them
+      # on both clocks (bench/graph_clock.py; if it pays, backends/triton.py's PDL_BY_DEFAULT), then
+      # the re-check of the card's pending entries (the H200: 556 wgmma + 81 mma / stream + 104
+      # tiled; the H100: 78 mma / stream + 90 tiled): on an H200 by recheck's own stage (its sweep
+      # warms the compiles), on an H100 verify alone.
       ntests="tests/test_pdl_families_gpu.py tests/test_backends_gpu.py::test_mma_split_k_is_deterministic_and_stream_safe"
       timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 50 -rfE $ntests \
         >"$OUT/gpu_tests.txt" 2>&1; tail -6 "$OUT/gpu_tests.txt"
-      timeout 150 python3 bench/graph_clock.py --out "$OUT" --families tiled --variant PDL=0 \
+      timeout 150 python3 bench/graph_clock.py --out "$OUT" --families tiled --variant PDL=1 \
         --classes small,skinny,starved,shortK,mid,large --layouts nt,nn --per-class 6 --max-seconds 105 2>&1 | tail -9
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         recheck 260 PDL=0,EPI_WIDE=0

@@ -111,13 +111,16 @@ def _worker() -> None:
     out = {"probe": td.direct_unsupported()}
     cases = [("tiled", "family=tiled bm=32 bn=32 bk=16 warps=2 stages=2 group_m=4", [(100, 17, 300), (1, 48, 64)]),
              ("tiled-sk2", "family=tiled bm=32 bn=32 bk=16 warps=2 stages=2 split_k=2", [(17, 100, 40), (64, 64, 64)]),
-             ("persistent", "family=persistent bm=64 bn=64 bk=32 warps=4 stages=2 subtile=2", [(100, 48, 72), (1, 64, 64)])]
+             ("persistent", "family=persistent bm=64 bn=64 bk=32 warps=4 stages=2 subtile=2", [(100, 48, 72), (1, 64, 64)]),
+             # PDL (an experiment, off by default: load(..., pdl=True)), both tiled launch shapes
+             ("tiled-pdl", "family=tiled bm=32 bn=32 bk=16 warps=2 stages=2 group_m=4", [(100, 17, 300), (1, 48, 64)]),
+             ("tiled-sk2-pdl", "family=tiled bm=32 bn=32 bk=16 warps=2 stages=2 split_k=2", [(17, 100, 40), (64, 64, 64)])]
     for name, text, shapes in cases:
         spec = KernelSpec.parse(text)
         for layout in ("nn", "nt"):
             p0 = Problem(*shapes[0], layout)
             art = Artifact("triton", spec, tb.render(spec, p0), b"", {"layout": layout, "device": dev.to_dict()})
-            k = tb.load(art)
+            k = tb.load(art, pdl=True if name.endswith("-pdl") else None)
             k._sm_count = 3
             for M, N, K in shapes:
                 p = Problem(M, N, K, layout)
@@ -204,7 +207,7 @@ def _cases(reports):
 
 def test_direct_path_is_available(reports):
     assert reports["summary"]["probe"] is None, reports["summary"]["probe"]
-    assert len(_cases(reports)) == 12
+    assert len(_cases(reports)) == 20
 
 
 def test_first_call_jit_then_direct_with_the_same_launch(reports):
@@ -221,14 +224,17 @@ def test_first_call_jit_then_direct_with_the_same_launch(reports):
 
 
 def test_tiled_launches_with_pdl_on_sm90(reports):
-    """The tiled family on sm_90 (kernels_triton/tiled.py's PDL): both its launches (the split-K
-    reduce too) are compiled with the wait (the PDL constexpr) and Triton's launch_pdl together, and
-    the direct path launches those very kernels (the test above); the persistent family has neither."""
+    """The tiled family on sm_90 loaded with pdl=True (kernels_triton/tiled.py's PDL): both its
+    launches (the split-K reduce too) are compiled with the wait (the PDL constexpr) and Triton's
+    launch_pdl together, and the direct path launches those very kernels (the test above); loaded
+    by default (PDL_BY_DEFAULT off) neither; the persistent family has no PDL constexpr."""
+    from cudal2.backends import triton as tb
     for r in _cases(reports):
         names = [c["name"] for c in r["compiled"]]
         if r["case"].startswith("tiled"):
             assert names == (["tiled_kernel", "splitk_reduce_kernel"] if "sk2" in r["case"] else ["tiled_kernel"])
-            assert all(c["launch_pdl"] and c["PDL"] is True for c in r["compiled"]), r
+            on = "-pdl-" in r["case"] or tb.PDL_BY_DEFAULT
+            assert all(c["launch_pdl"] is on and c["PDL"] is on for c in r["compiled"]), r
         else:
             assert names == ["persistent_kernel"] and not r["compiled"][0]["launch_pdl"], r
             assert r["compiled"][0]["PDL"] is None, r
@@ -242,7 +248,7 @@ def test_direct_path_passes_each_calls_pointers(reports):
         assert d[0]["args"][:3] == [pa, pb, pc], r["case"]
         assert d[0]["args"][4:] == first[0]["args"][4:], r["case"]        # ints and constexprs
         # The 4th: tiled's ws_ptr (c itself without split-K, the cached workspace with it), or M.
-        want4 = pc if r["case"].startswith("tiled-n") else first[0]["args"][3]
+        want4 = pc if r["case"].startswith("tiled") and "sk2" not in r["case"] else first[0]["args"][3]
         assert d[0]["args"][3] == want4, r["case"]
 
 

@@ -60,13 +60,14 @@ def test_shipped_registry_verifies_on_cpu():
     assert len(kernels) == 742 + 501
     # Every kernel entry passed the full checker on its card, or is pending (check.passed None) after
     # a template edit re-rendered it (`registry rerender`) until `verify --gpu --render --record` on
-    # that card: 2026-12-06, PDL by default in mma / stream (pdl.cuh) and Triton tiled (tiled.py).
-    # None failed. A count that moves says the index changed; 0 pending once a card re-checked them.
+    # that card: 2026-12-06, PDL by default in mma / stream (pdl.cuh). (Triton tiled's PDL, off by
+    # default, left its kernels' SASS as it was: their checks kept.) None failed. A count that moves
+    # says the index changed; 0 pending once a card re-checked them.
     ks = [e for e in reg.all() if e.backend != "cublas"]
     assert not [e.key for e in ks if e.check.get("passed") is False]
     pending = {d: sum(e.check.get("passed") is None for e in reg.all(d) if e.backend != "cublas")
                for d in ("h200-sm90", "h100-sm90")}
-    assert pending == {"h200-sm90": 556 + 81 + 104, "h100-sm90": 78 + 90}, pending
+    assert pending == {"h200-sm90": 556 + 81, "h100-sm90": 78}, pending
 
 
 def test_a_kernel_source_edit_fails_with_how_to_fix(monkeypatch):
@@ -115,7 +116,9 @@ def test_cli_verify_names_the_orphaned_entry(tmp_path, edit):
 
 def test_rerender_repairs_an_exported_copy(tmp_path, monkeypatch):
     """The re-render step the message names: after a family edit, the exported copy's orphaned
-    entries get new sources, their checks marked not re-run, and the copy verifies again."""
+    entries get new sources, their checks marked not re-run, and the copy verifies again. (Without
+    the SASS comparison: this edit is a comment, which keeps the Triton kernels' machine code and
+    so their checks; tests/test_triton_pdl.py has the comparison.)"""
     from typer.testing import CliRunner
     from cudal2.backends import triton as tb
     from cudal2.cli import app
@@ -125,7 +128,7 @@ def test_rerender_repairs_an_exported_copy(tmp_path, monkeypatch):
     monkeypatch.setattr(tb, "FOOTER", tb.FOOTER + "# an edit\n")
     r = runner.invoke(app, ["registry", "rerender"])
     assert r.exit_code == 1 and "the shipped registry is read-only here" in r.output
-    r = runner.invoke(app, ["registry", "rerender", "--registry", str(dest)])
+    r = runner.invoke(app, ["registry", "rerender", "--no-compare-sass", "--registry", str(dest)])
     assert r.exit_code == 0 and "195 entries re-rendered" in r.output and "re-check the other 195 on a card" in r.output
     reg = Registry.load(dest)
     assert all(r.ok for r in reg.verify(gpu=False, render=True))

@@ -1,8 +1,9 @@
 """Programmatic dependent launch in the tiled Triton family (kernels_triton/tiled.py's header), on a
 machine without a GPU: compiled for sm_90 with PDL, the kernel waits (griddepcontrol.wait) before
 any global load or store and its compiled metadata asks for the PDL launch; without PDL, neither.
-The split-K reduce follows the tiled launch. pdl_default: on for tiled on sm_90+, off for the
-persistent family, an older arch, and a stored text from before PDL. The direct path launching
+The split-K reduce follows the tiled launch. pdl_supported: tiled on sm_90+, not the persistent
+family, an older arch, or a stored text from before PDL; pdl_default: PDL_BY_DEFAULT (off, an
+experiment until a card times it) where supported. The direct path launching
 these kernels is tests/test_direct_launch.py's; on a card, tests/test_pdl_families_gpu.py.
 
 The sm_90 compiles run in a child process with TRITON_INTERPRET unset (as test_triton_compile.py's).
@@ -16,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from cudal2.backends import triton as tb
 
 HERE = Path(__file__).resolve()
 SPECS = ["family=tiled bm=64 bn=64 bk=32 warps=4 stages=3 group_m=8",
@@ -44,7 +47,8 @@ def _worker() -> None:
         for layout in ("nn", "nt"):
             p = Problem(1000, 300, 777, layout)
             fn, args = tb._launch_args(spec, p)
-            row = {"spec": text, "layout": layout, "default": tb.pdl_default(spec, dev)}
+            row = {"spec": text, "layout": layout, "supported": tb.pdl_supported(spec, dev),
+                   "default": tb.pdl_default(spec, dev)}
             for pdl in (True, False):
                 cex, opts = tb._constexprs(spec, layout, pdl)
                 k = tb._aot(fn, args, tb._jit_kwargs(fn, cex, opts), 90)
@@ -55,9 +59,26 @@ def _worker() -> None:
                                 {**tiled.reduce_args(cex, opts), **tb._jit_kwargs(red, {}, {})}, 90)
                     row[f"reduce_{pdl}"] = {**_order(r.asm["ptx"]), "launch_pdl": bool(r.metadata.launch_pdl)}
             print(json.dumps(row), flush=True)
+    # `registry rerender`'s comparison: a text from before PDL (the constexpr and the wait taken out)
+    # and today's rendering compile to the same SASS while PDL is off by default, to other SASS with
+    # it on (both launches of a split-K spec compared)
+    from cudal2.backends.sass import same_triton_machine_code
+    for text in SPECS:
+        spec = KernelSpec.parse(text)
+        p = Problem(1000, 300, 777, "nt")
+        new = tb.render(spec, p)
+        old = new.replace(", PDL: tl.constexpr = False", "")
+        old = old.replace("    if PDL:         # before any global access (the header: PDL)\n        gdc_wait()\n", "")
+        old = old.replace("    if PDL:         # the slices the launch before it wrote\n        gdc_wait()\n", "")
+        assert "if PDL" not in old.split(tb.FOOTER)[0].split("def reduce_args")[0], "the stand-in old text kept a wait"
+        row = {"sass_spec": text, "off": same_triton_machine_code(old, new, spec, p, dev)}
+        tb.PDL_BY_DEFAULT = True
+        row["on"] = same_triton_machine_code(old, new, spec, p, dev)
+        tb.PDL_BY_DEFAULT = False
+        print(json.dumps(row), flush=True)
     pers = KernelSpec.parse("family=persistent bm=128 bn=128 bk=64 warps=8 stages=3 subtile=2")
     old = DeviceInfo.target("sm_80")
-    print(json.dumps({"persistent": tb.pdl_default(pers, dev), "sm_80": tb.pdl_default(KernelSpec.parse(SPECS[0]), old),
+    print(json.dumps({"persistent": tb.pdl_supported(pers, dev), "sm_80": tb.pdl_supported(KernelSpec.parse(SPECS[0]), old),
                       "footer_has_pdl": "PDL" in tb.render(KernelSpec.parse(SPECS[0]), Problem(64, 64, 64)).split(tb.FOOTER)[1]}),
           flush=True)
 
@@ -71,11 +92,17 @@ def rows() -> list[dict]:
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
+def test_rerender_sees_the_same_machine_code_while_pdl_is_off(rows):
+    cmp = [r for r in rows if "sass_spec" in r]
+    assert len(cmp) == len(SPECS)
+    assert all(r["off"] is True and r["on"] is False for r in cmp), cmp
+
+
 def test_tiled_waits_before_any_global_access_with_pdl(rows):
     kernels = [r for r in rows if "spec" in r]
     assert len(kernels) == 2 * len(SPECS)
     for r in kernels:
-        assert r["default"] is True, r
+        assert r["supported"] is True and r["default"] is tb.PDL_BY_DEFAULT, r
         for name in ("tiled", "reduce") if "split_k=3" in r["spec"] else ("tiled",):
             on, off = r[f"{name}_True"], r[f"{name}_False"]
             assert on["launch_pdl"] and on["waits"] == 1, (r["spec"], name, on)
@@ -84,7 +111,7 @@ def test_tiled_waits_before_any_global_access_with_pdl(rows):
             assert not off["launch_pdl"] and off["waits"] == 0, (r["spec"], name, off)
 
 
-def test_pdl_default_off_where_it_cannot_apply(rows):
+def test_pdl_not_supported_where_it_cannot_apply(rows):
     last = rows[-1]
     # persistent: TMA descriptors written to per-stream scratch; sm_80: no griddepcontrol; the
     # stored text's footer says nothing of PDL (a per-device choice, not part of the text).

@@ -5,6 +5,9 @@ entry to the very kernel that was checked and timed.
 2026-12-04) re-renders every filed spec to new text, but where NVRTC turns the new text into the
 same SASS as the filed one, the filed check and timings are still the kernel's own (114 of the 118
 shipped wgmma entries then; the other 4 differed by register names in the epilogue's addressing).
+Triton entries the same way (`same_triton_machine_code`): the kernels a stored text and its new
+rendering compile to for the entry's problem, as loaded by default (tiled.py's PDL constexpr,
+added 2026-12-06 and off by default, leaves them as they were).
 cuobjdump comes from the CUDA toolkit on PATH or the copy the triton wheel ships.
 """
 from __future__ import annotations
@@ -50,6 +53,21 @@ def same_machine_code(old_source: str, new_source: str, arch: str) -> bool | Non
     try:
         old = sass_lines(cubin_of(old_source, arch), tool)
         new = sass_lines(cubin_of(new_source, arch), tool)
+    except Exception:
+        return None
+    return old == new
+
+
+def same_triton_machine_code(old_source: str, new_source: str, spec, problem, device) -> bool | None:
+    """True / False: the two Triton texts do / do not compile to the same SASS for `problem` on
+    `device` (backends/triton.py: cubins); None: no cuobjdump, the interpreter, or a failed compile."""
+    from . import triton as tb
+    tool = cuobjdump()
+    if tool is None:
+        return None
+    try:
+        old = [sass_lines(c, tool) for c in tb.cubins(old_source, spec, problem, device)]
+        new = [sass_lines(c, tool) for c in tb.cubins(new_source, spec, problem, device)]
     except Exception:
         return None
     return old == new

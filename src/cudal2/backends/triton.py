@@ -63,7 +63,19 @@ def spec_knobs(spec: KernelSpec, mod) -> tuple[dict, dict]:
     return cex, opts
 
 
+# The tiled family's programmatic dependent launch is an experiment until a card has timed it
+# (2026-12-06: built and CPU-tested, no card session had device time left): off unless asked for
+# (`load(artifact, pdl=True)`; `bench/graph_clock.py --families tiled --variant PDL=1`). The CUDA
+# families' PDL, timed on an H100, is on by default (kernels_cuda/pdl.cuh, wgmma.cu).
+PDL_BY_DEFAULT = False
+
+
 def pdl_default(spec: KernelSpec, device: DeviceInfo, mod=None) -> bool:
+    """Whether a kernel loads with PDL when not told: PDL_BY_DEFAULT where `pdl_supported`."""
+    return PDL_BY_DEFAULT and pdl_supported(spec, device, mod)
+
+
+def pdl_supported(spec: KernelSpec, device: DeviceInfo, mod=None) -> bool:
     """Programmatic dependent launch (kernels_triton/tiled.py's header): the tiled family on sm_90+,
     compiled (not under the interpreter), where the kernel text has the PDL constexpr (a stored
     text from before 2026-12-06 has not). The persistent family has none: its device-side TMA
@@ -104,7 +116,7 @@ def _constexprs(spec: KernelSpec, layout: str, pdl: bool = False) -> tuple[dict,
 def render(spec: KernelSpec, problem: Problem) -> str:
     mod = _family_module(spec.family)
     cex, opts = _constexprs(spec, problem.layout)
-    cex.pop("PDL", None)    # set per device at compile and load (pdl_default), not part of the text
+    cex.pop("PDL", None)    # set at compile and load (pdl_default, load's pdl), not part of the text
     return (inspect.getsource(mod).rstrip() + "\n" + FOOTER
             + f"SPEC = {spec.text!r}\nLAYOUT = {problem.layout!r}\n"
             + f"CONSTEXPRS = {cex!r}\nOPTIONS = {opts!r}\n")
@@ -154,10 +166,10 @@ class _Ptr:
         return 0
 
 
-def _launch_args(spec: KernelSpec, p: Problem) -> tuple[object, list]:
+def _launch_args(spec: KernelSpec, p: Problem, mod=None) -> tuple[object, list]:
     """(jit function, positional args) as the launcher passes them for problem p, with stand-ins
-    for the tensors; mirrors tiled.launch / persistent.launch."""
-    mod = _family_module(spec.family)
+    for the tensors; mirrors tiled.launch / persistent.launch (of `mod`: default the family's)."""
+    mod = mod or _family_module(spec.family)
     h = torch.float16
     M, N, K = p.M, p.N, p.K
     if spec.family == "tiled":
@@ -261,6 +273,29 @@ def compile(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact:
     return art
 
 
+def cubins(source: str, spec: KernelSpec, problem: Problem, device: DeviceInfo) -> list[bytes]:
+    """The machine code a rendered text launches for `problem` when loaded by default on `device`
+    (compiled ahead of time; the split-K reduce too): what `registry rerender` compares between a
+    stored text and its new rendering (backends/sass.py), so an edit that leaves the kernels as they
+    were keeps the entry's check and timings."""
+    if INTERPRET:
+        raise CompileError("no machine code under the Triton interpreter")
+    mod = _module_for(source, spec.family)
+    cex, opts = _constexprs(spec, problem.layout, pdl_default(spec, device, mod))
+    if spec.family == "tiled" and "PDL" not in mod.tiled_kernel.arg_names:
+        del cex["PDL"]                  # a stored text from before PDL
+    fn, args = _launch_args(spec, problem, mod)
+    cc = device.cc[0] * 10 + device.cc[1]
+    out = [_aot(fn, args, _jit_kwargs(fn, cex, opts), cc).asm["cubin"]]
+    if spec.family == "tiled" and spec.split_k > 1:
+        red = mod.splitk_reduce_kernel
+        kw = (mod.reduce_args(cex, opts) if hasattr(mod, "reduce_args") else
+              {"SPLIT_K": spec.split_k, "BLOCK": mod.REDUCE_BLOCK, "num_warps": 4, "enable_fp_fusion": True})
+        out.append(_aot(red, [_Ptr(torch.float32), _Ptr(torch.float16), problem.M, problem.N, problem.N, 1],
+                        {**kw, **_jit_kwargs(red, {}, {})}, cc).asm["cubin"])
+    return out
+
+
 # ---- load --------------------------------------------------------------------------------------------
 # A size's launches after its first go direct: backends/triton_direct.py ("the direct launch").
 _MAX_BINDS = 256           # problem sizes bound per kernel before the table is reset
@@ -268,8 +303,8 @@ _MAX_BINDS = 256           # problem sizes bound per kernel before the table is 
 
 class TritonKernel:
     """Kernel(a, b, c, stream=None) for one spec and layout; serves every problem it supports.
-    `pdl` None: programmatic dependent launch where `pdl_default` says (False: the A/B of
-    bench/graph_clock.py)."""
+    `pdl` None: programmatic dependent launch where `pdl_default` says; True / False: on (where
+    `pdl_supported`, else ValueError) / off (the A/B of bench/graph_clock.py)."""
 
     def __init__(self, artifact: Artifact, pdl: bool | None = None):
         self.spec = artifact.spec
@@ -278,11 +313,10 @@ class TritonKernel:
         self.artifact = artifact
         self._mod = _module_for(artifact.source, self.spec.family)
         self._persistent = self.spec.family == "persistent"
-        can = pdl_default(self.spec, self.device, self._mod)
-        if pdl and not can:
+        if pdl and not pdl_supported(self.spec, self.device, self._mod):
             raise ValueError(f"PDL needs the tiled family compiled for sm_90+ from a text with the PDL "
                              f"constexpr ({self.spec.text}, cc {self.device.cc}, interpreter {INTERPRET})")
-        self.pdl = can if pdl is None else bool(pdl)
+        self.pdl = pdl_default(self.spec, self.device, self._mod) if pdl is None else bool(pdl)
         self._cex, self._opts = _constexprs(self.spec, self.layout, self.pdl)
         if not self._persistent and "PDL" not in self._mod.tiled_kernel.arg_names:
             del self._cex["PDL"]        # a stored text from before PDL (launched through the JIT)

@@ -37,16 +37,18 @@ def rerender(reg, compare_sass: bool = True) -> list[Entry]:
     it and mark its check as not yet re-run (`check.passed` None, `times.rerendered_from` the old
     sha256). One index write; returns the changed entries, which must pass `verify --gpu
     --render` on a card (and be re-timed) before they are shipped.
-    With `compare_sass`, a CUDA entry whose new source compiles to the same SASS as the stored
-    one (backends/sass.py) keeps its check and timings: they were measured on that machine
-    code. It records `times.same_sass_as` (the old sha256) instead of a pending re-check.
+    With `compare_sass`, a CUDA or Triton entry whose new source compiles to the same SASS as the
+    stored one (backends/sass.py; Triton: for the entry's problem, loaded by default) keeps its
+    check and timings: they were measured on that machine code. It records `times.same_sass_as` (the old sha256) instead of a pending re-check.
     A source file no entry names any more is deleted: each template edit would otherwise leave
     one dead copy per re-rendered source (88 files, 2.9 MB on 2026-12-04) in a tree that travels
     to the card under a 64 MiB cap."""
     from ..backends import get_backend
-    from ..backends.sass import same_machine_code
+    from ..backends.sass import same_machine_code, same_triton_machine_code
     from ..spec import KernelSpec
-    same_sass: dict = {}      # (old sha, new sha, arch) -> verdict: entries share sources (926 -> 192)
+    # (old sha, new sha, arch[, spec, layout, what Triton specialises on]) -> verdict: entries share
+    # sources (926 -> 192)
+    same_sass: dict = {}
     with locked(reg.root):
         fresh = type(reg).load(reg.root)     # under the lock: a concurrent writer's entries kept
         changed, old_paths = [], set()
@@ -63,6 +65,14 @@ def rerender(reg, compare_sass: bool = True) -> list[Entry]:
                 key = (e.sha256, sha, target_for_key(e.device).arch)
                 if key not in same_sass:
                     same_sass[key] = same_machine_code(fresh.read_source(e), text, key[2])
+                same = same_sass[key]
+            elif compare_sass and e.backend == "triton" and e.check.get("passed"):
+                from ..backends.triton import _spec_class
+                dev = target_for_key(e.device)
+                key = (e.sha256, sha, dev.arch, e.spec, e.prob.layout, _spec_class(e.prob))
+                if key not in same_sass:
+                    same_sass[key] = same_triton_machine_code(fresh.read_source(e), text,
+                                                              KernelSpec.parse(e.spec), e.prob, dev)
                 same = same_sass[key]
             if same:
                 e.times = {**e.times, "same_sass_as": e.sha256}
