@@ -3,7 +3,7 @@ Triton's JIT in the way.
 
 Why it exists: a launch through the JIT (`JITFunction[grid](...)`) cost 15-26 µs of host time per
 call on the H200, the direct path ~1-2 µs; for small and mid-sized matmuls that host time, not the
-GPU, set eager latency. TritonKernel (backends/triton.py) makes the first launch of a size through
+GPU, set eager latency. TritonKernel (backends/triton_kernel.py) makes the first launch of a size through
 the JIT, then records the compiled kernel the JIT chose for it and from then on calls that kernel's
 launcher itself.
 
