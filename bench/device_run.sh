@@ -177,7 +177,7 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # most. PDL became the default in mma / stream (pdl.cuh, run 129); Triton tiled has it as an
       # experiment (off by default, not yet run on a card): the PDL GPU tests first (mma / stream /
       # Triton: checker, chains, graphs), then Triton tiled's filed kernels with PDL=1 beside them
-      # on both clocks (bench/graph_clock.py; if it pays, backends/triton.py's PDL_BY_DEFAULT), then
+      # on both clocks (bench/graph_clock.py; if it pays, backends/triton_families.py's PDL_BY_DEFAULT), then
       # the re-check of the card's pending entries (the H200: 556 wgmma + 81 mma / stream + 104
       # tiled; the H100: 78 mma / stream + 90 tiled): on an H200 by recheck's own stage (its sweep
       # warms the compiles), on an H100 verify alone.

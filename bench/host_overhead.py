@@ -138,8 +138,8 @@ def measure(shapes: str, calls: int, repeats: int, families: list[str]) -> list[
             b = torch.randn(*p.b_shape()).to(h)
             c = torch.empty(p.M, p.N, dtype=h)
             out = torch.empty(p.M, p.N, dtype=h)
-            mod = tb._family_module(spec.family)
-            cex, opts = tb._constexprs(spec, p.layout)
+            mod = tb.family_module(spec.family)
+            cex, opts = tb.constexprs(spec, p.layout)
             if spec.family == "persistent":
                 def jit():
                     mod.install_allocator()

@@ -47,14 +47,14 @@ def measure(job: tuple[str, str, tuple]) -> dict:
     text, layout, shape = job
     import triton
 
-    from cudal2.backends.triton import _aot, _constexprs, _jit_kwargs, _launch_args
+    from cudal2.backends.triton import _aot, _jit_kwargs, _launch_args, constexprs
     from cudal2.problems import Problem
     from cudal2.spec import KernelSpec
     spec = KernelSpec.parse(f"backend=triton family=persistent {text}")
     p = Problem(*shape, layout)
     row = {"spec": spec.text, "layout": layout, "triton": triton.__version__, "est": spec.smem_bytes()}
     try:
-        cex, opts = _constexprs(spec, layout)
+        cex, opts = constexprs(spec, layout)
         fn, args = _launch_args(spec, p)
         c = _aot(fn, args, _jit_kwargs(fn, cex, opts), 90)
         row["shared"] = int(c.metadata.shared)

@@ -228,12 +228,12 @@ def test_tiled_launches_with_pdl_on_sm90(reports):
     launches (the split-K reduce too) are compiled with the wait (the PDL constexpr) and Triton's
     launch_pdl together, and the direct path launches those very kernels (the test above); loaded
     by default (PDL_BY_DEFAULT off) neither; the persistent family has no PDL constexpr."""
-    from cudal2.backends import triton as tb
+    from cudal2.backends import triton_families as fam
     for r in _cases(reports):
         names = [c["name"] for c in r["compiled"]]
         if r["case"].startswith("tiled"):
             assert names == (["tiled_kernel", "splitk_reduce_kernel"] if "sk2" in r["case"] else ["tiled_kernel"])
-            on = "-pdl-" in r["case"] or tb.PDL_BY_DEFAULT
+            on = "-pdl-" in r["case"] or fam.PDL_BY_DEFAULT
             assert all(c["launch_pdl"] is on and c["PDL"] is on for c in r["compiled"]), r
         else:
             assert names == ["persistent_kernel"] and not r["compiled"][0]["launch_pdl"], r

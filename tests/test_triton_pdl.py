@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from cudal2.backends import triton as tb
+from cudal2.backends import triton_families as fam
 
 HERE = Path(__file__).resolve()
 SPECS = ["family=tiled bm=64 bn=64 bk=32 warps=4 stages=3 group_m=8",
@@ -37,6 +38,7 @@ def _worker() -> None:
     import torch
 
     from cudal2.backends import triton as tb
+    from cudal2.backends import triton_families as fam
     from cudal2.device import DeviceInfo
     from cudal2.kernels_triton import tiled
     from cudal2.problems import Problem
@@ -50,7 +52,7 @@ def _worker() -> None:
             row = {"spec": text, "layout": layout, "supported": tb.pdl_supported(spec, dev),
                    "default": tb.pdl_default(spec, dev)}
             for pdl in (True, False):
-                cex, opts = tb._constexprs(spec, layout, pdl)
+                cex, opts = tb.constexprs(spec, layout, pdl)
                 k = tb._aot(fn, args, tb._jit_kwargs(fn, cex, opts), 90)
                 row[f"tiled_{pdl}"] = {**_order(k.asm["ptx"]), "launch_pdl": bool(k.metadata.launch_pdl)}
                 if spec.split_k > 1:
@@ -72,9 +74,9 @@ def _worker() -> None:
         old = old.replace("    if PDL:         # the slices the launch before it wrote\n        gdc_wait()\n", "")
         assert "if PDL" not in old.split(tb.FOOTER)[0].split("def reduce_args")[0], "the stand-in old text kept a wait"
         row = {"sass_spec": text, "off": same_triton_machine_code(old, new, spec, p, dev)}
-        tb.PDL_BY_DEFAULT = True
+        fam.PDL_BY_DEFAULT = True
         row["on"] = same_triton_machine_code(old, new, spec, p, dev)
-        tb.PDL_BY_DEFAULT = False
+        fam.PDL_BY_DEFAULT = False
         print(json.dumps(row), flush=True)
     pers = KernelSpec.parse("family=persistent bm=128 bn=128 bk=64 warps=8 stages=3 subtile=2")
     old = DeviceInfo.target("sm_80")
@@ -102,7 +104,7 @@ def test_tiled_waits_before_any_global_access_with_pdl(rows):
     kernels = [r for r in rows if "spec" in r]
     assert len(kernels) == 2 * len(SPECS)
     for r in kernels:
-        assert r["supported"] is True and r["default"] is tb.PDL_BY_DEFAULT, r
+        assert r["supported"] is True and r["default"] is fam.PDL_BY_DEFAULT, r
         for name in ("tiled", "reduce") if "split_k=3" in r["spec"] else ("tiled",):
             on, off = r[f"{name}_True"], r[f"{name}_False"]
             assert on["launch_pdl"] and on["waits"] == 1, (r["spec"], name, on)

@@ -22,13 +22,9 @@ source only and kernels run on CPU tensors.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import inspect
-import os
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -40,118 +36,18 @@ from ..problems import Problem
 from ..spec import KernelSpec, SpecError, validate
 from .base import Artifact, CompileError
 from .triton_direct import INTERPRET    # read from TRITON_INTERPRET once, at import (docstring above)
-
-FOOTER = "\n# ---- cudal2: the spec this text was rendered for ----\n"
-
-
-def _family_module(family: str):
-    if family == "tiled":
-        from ..kernels_triton import tiled as mod
-    elif family == "persistent":
-        from ..kernels_triton import persistent as mod
-    else:
-        raise SpecError("family", f"{family!r} is not a Triton family (choose tiled or persistent)")
-    return mod
-
-
-def spec_knobs(spec: KernelSpec, mod) -> tuple[dict, dict]:
-    cex = {name: getattr(spec, field) for field, name in mod.KNOBS.items()}
-    opts = {name: getattr(spec, field) for field, name in mod.LAUNCH_OPTIONS.items()}
-    # Explicit, because the default moved: 3.6 fuses by default, 3.9 warns that 3.10 will not.
-    # Fusion (FMA contraction) touches address and epilogue arithmetic only; the dot is MMA.
-    opts["enable_fp_fusion"] = True
-    return cex, opts
-
-
-# The tiled family's programmatic dependent launch is an experiment until a card has timed it
-# (2026-12-06: built and CPU-tested, no card session had device time left): off unless asked for
-# (`load(artifact, pdl=True)`; `bench/graph_clock.py --families tiled --variant PDL=1`). The CUDA
-# families' PDL, timed on an H100, is on by default (kernels_cuda/pdl.cuh, wgmma.cu).
-PDL_BY_DEFAULT = False
-
-
-def pdl_default(spec: KernelSpec, device: DeviceInfo, mod=None) -> bool:
-    """Whether a kernel loads with PDL when not told: PDL_BY_DEFAULT where `pdl_supported`."""
-    return PDL_BY_DEFAULT and pdl_supported(spec, device, mod)
-
-
-def pdl_supported(spec: KernelSpec, device: DeviceInfo, mod=None) -> bool:
-    """Programmatic dependent launch (kernels_triton/tiled.py's header): the tiled family on sm_90+,
-    compiled (not under the interpreter), where the kernel text has the PDL constexpr (a stored
-    text from before 2026-12-06 has not). The persistent family has none: its device-side TMA
-    descriptors are written to a scratch buffer shared per stream before anything could wait."""
-    if spec.family != "tiled" or INTERPRET or tuple(device.cc) < (9, 0) or not _triton_launches_pdl():
-        return False
-    mod = mod or _family_module("tiled")
-    # HAS_GDC: the wait is Triton's, not the no-op stand-in (a PDL launch without it would race).
-    return "PDL" in mod.tiled_kernel.arg_names and getattr(mod, "HAS_GDC", False)
-
-
-def _triton_launches_pdl() -> bool:
-    """Triton's CUDA options know launch_pdl (since 3.4; an unknown option would be dropped
-    silently, and the kernel would wait without the launch that makes the wait mean anything)."""
-    try:
-        from triton.backends.nvidia.compiler import CUDAOptions
-    except ImportError:  # pragma: no cover
-        return False
-    return "launch_pdl" in getattr(CUDAOptions, "__dataclass_fields__", {})
-
-
-def _constexprs(spec: KernelSpec, layout: str, pdl: bool = False) -> tuple[dict, dict]:
-    mod = _family_module(spec.family)
-    cex, opts = spec_knobs(spec, mod)
-    if spec.family == "persistent":
-        cex = mod.constexprs_for(cex, layout)
-    else:
-        # Passed either way: the direct path passes every parameter by name. The constexpr (the
-        # wait in the kernel) and the launch attribute go together: a PDL launch of a kernel that
-        # does not wait could read what the grid before it still writes.
-        cex["PDL"] = bool(pdl)
-        if pdl:
-            opts["launch_pdl"] = True
-    return cex, opts
-
-
+# the families, constexprs, rendered texts as modules, PDL's rule: shared with the load (triton_kernel)
+from .triton_families import (FOOTER, constexprs, family_module, load_source,  # noqa: F401
+                              module_for, pdl_default, pdl_supported, spec_knobs)
+from .triton_kernel import TritonKernel, load  # noqa: F401
 # ---- render ------------------------------------------------------------------------------------------
 def render(spec: KernelSpec, problem: Problem) -> str:
-    mod = _family_module(spec.family)
-    cex, opts = _constexprs(spec, problem.layout)
+    mod = family_module(spec.family)
+    cex, opts = constexprs(spec, problem.layout)
     cex.pop("PDL", None)    # set at compile and load (pdl_default, load's pdl), not part of the text
     return (inspect.getsource(mod).rstrip() + "\n" + FOOTER
             + f"SPEC = {spec.text!r}\nLAYOUT = {problem.layout!r}\n"
             + f"CONSTEXPRS = {cex!r}\nOPTIONS = {opts!r}\n")
-
-
-_LOADED: dict[str, object] = {}
-
-
-def load_source(source: str):
-    """Import a rendered text as a module. Triton reads kernel source through `inspect`, so the
-    text goes to a file (named by its hash, under the user cache) and is imported from there."""
-    h = hashlib.sha256(source.encode()).hexdigest()[:16]
-    if h in _LOADED:
-        return _LOADED[h]
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cudal2" / "triton_src"
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / f"k_{h}.py"
-    if not path.exists():
-        fd, tmp = tempfile.mkstemp(dir=root, suffix=".py")
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(f"cudal2_triton_{h}", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    _LOADED[h] = mod
-    return mod
-
-
-def _module_for(source: str, family: str):
-    """The installed family module when the text is its current rendering, else the text itself."""
-    mod = _family_module(family)
-    body = source.split(FOOTER, 1)[0]
-    return mod if body == inspect.getsource(mod).rstrip() + "\n" else load_source(source)
 
 
 # ---- compile -----------------------------------------------------------------------------------------
@@ -169,7 +65,7 @@ class _Ptr:
 def _launch_args(spec: KernelSpec, p: Problem, mod=None) -> tuple[object, list]:
     """(jit function, positional args) as the launcher passes them for problem p, with stand-ins
     for the tensors; mirrors tiled.launch / persistent.launch (of `mod`: default the family's)."""
-    mod = mod or _family_module(spec.family)
+    mod = mod or family_module(spec.family)
     h = torch.float16
     M, N, K = p.M, p.N, p.K
     if spec.family == "tiled":
@@ -230,7 +126,7 @@ def _resources(compiled) -> dict:
 _ARTIFACTS: dict[tuple, Artifact] = {}
 
 
-def _spec_class(p: Problem) -> tuple:
+def spec_class(p: Problem) -> tuple:
     """What the JIT specialises integers on (== 1, % 16), so problems of one class share a binary."""
     return tuple((x == 1, x % 16 == 0) for x in (p.M, p.N, p.K))
 
@@ -239,13 +135,13 @@ def compile(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact:
     validate(spec, problem, device)
     if spec.backend != "triton":
         raise SpecError("backend", f"the Triton backend cannot compile backend={spec.backend}")
-    key = (spec.text, problem.layout, device.cc, _spec_class(problem), INTERPRET)
+    key = (spec.text, problem.layout, device.cc, spec_class(problem), INTERPRET)
     hit = _ARTIFACTS.get(key)
     if hit is not None:
         return Artifact(hit.backend, hit.spec, hit.source, hit.binary, {**hit.meta, "cached": True})
     source = render(spec, problem)
     pdl = pdl_default(spec, device)
-    cex, opts = _constexprs(spec, problem.layout, pdl)
+    cex, opts = constexprs(spec, problem.layout, pdl)
     fn, args = _launch_args(spec, problem)
     meta = {"kernel": fn.__name__, "layout": problem.layout, "device": device.to_dict(),
             "triton": triton.__version__, "cached": False}
@@ -254,7 +150,7 @@ def compile(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact:
     else:
         cc = device.cc[0] * 10 + device.cc[1]
         try:
-            compiled = _aot_launches(_family_module(spec.family), spec, problem, cex, opts, cc)[0]
+            compiled = _aot_launches(family_module(spec.family), spec, problem, cex, opts, cc)[0]
         except Exception as e:  # Triton raises CompilationError, RuntimeError, AssertionError ...
             raise CompileError(f"triton {triton.__version__} failed to compile {spec.text} for sm_{cc}: "
                                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
@@ -275,8 +171,8 @@ def cubins(source: str, spec: KernelSpec, problem: Problem, device: DeviceInfo) 
     were keeps the entry's check and timings."""
     if INTERPRET:
         raise CompileError("no machine code under the Triton interpreter")
-    mod = _module_for(source, spec.family)
-    cex, opts = _constexprs(spec, problem.layout, pdl_default(spec, device, mod))
+    mod = module_for(source, spec.family)
+    cex, opts = constexprs(spec, problem.layout, pdl_default(spec, device, mod))
     if spec.family == "tiled" and "PDL" not in mod.tiled_kernel.arg_names:
         del cex["PDL"]                  # a stored text from before PDL
     cc = device.cc[0] * 10 + device.cc[1]
@@ -297,8 +193,7 @@ def _aot_launches(mod, spec: KernelSpec, problem: Problem, cex: dict, opts: dict
     return out
 
 
-# ---- load: backends/triton_kernel.py (TritonKernel; imported here, after what it uses is defined) ----
-from .triton_kernel import TritonKernel, load  # noqa: E402,F401
+# ---- load: backends/triton_kernel.py (TritonKernel, load) ----------------------------------------
 
 class _TritonBackend:
     name = "triton"

@@ -14,7 +14,8 @@ from ..problems import Problem
 from ..spec import is_valid
 from . import triton_direct as _direct
 from .base import Artifact
-from .triton import INTERPRET, _constexprs, _family_module, _module_for, pdl_default, pdl_supported
+from .triton_direct import INTERPRET
+from .triton_families import constexprs, family_module, module_for, pdl_default, pdl_supported
 
 # A size's launches after its first go direct: backends/triton_direct.py ("the direct launch").
 _MAX_BINDS = 256           # problem sizes bound per kernel before the table is reset
@@ -30,13 +31,13 @@ class TritonKernel:
         self.layout = artifact.meta.get("layout", "nn")
         self.device = DeviceInfo.from_dict(artifact.meta["device"])
         self.artifact = artifact
-        self._mod = _module_for(artifact.source, self.spec.family)
+        self._mod = module_for(artifact.source, self.spec.family)
         self._persistent = self.spec.family == "persistent"
         if pdl and not pdl_supported(self.spec, self.device, self._mod):
             raise ValueError(f"PDL needs the tiled family compiled for sm_90+ from a text with the PDL "
                              f"constexpr ({self.spec.text}, cc {self.device.cc}, interpreter {INTERPRET})")
         self.pdl = pdl_default(self.spec, self.device, self._mod) if pdl is None else bool(pdl)
-        self._cex, self._opts = _constexprs(self.spec, self.layout, self.pdl)
+        self._cex, self._opts = constexprs(self.spec, self.layout, self.pdl)
         if not self._persistent and "PDL" not in self._mod.tiled_kernel.arg_names:
             del self._cex["PDL"]        # a stored text from before PDL (launched through the JIT)
         self._sm_count: int | None = None
@@ -44,7 +45,7 @@ class TritonKernel:
         self._binds: dict = {}          # (M, N, K) -> bound launch
         self._no_direct: dict = {}      # (M, N, K) -> why that size always uses the JIT
         why = _direct.direct_unsupported()
-        if why is None and self._mod is not _family_module(self.spec.family):
+        if why is None and self._mod is not family_module(self.spec.family):
             # The direct path mirrors the installed family's `launch`; a stored text that differs
             # from it (an older rendering) keeps its own launch through the JIT.
             why = "the kernel source is not the installed family module's"

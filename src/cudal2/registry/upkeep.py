@@ -67,9 +67,9 @@ def rerender(reg, compare_sass: bool = True) -> list[Entry]:
                     same_sass[key] = same_machine_code(fresh.read_source(e), text, key[2])
                 same = same_sass[key]
             elif compare_sass and e.backend == "triton" and e.check.get("passed"):
-                from ..backends.triton import _spec_class
+                from ..backends.triton import spec_class
                 dev = target_for_key(e.device)
-                key = (e.sha256, sha, dev.arch, e.spec, e.prob.layout, _spec_class(e.prob))
+                key = (e.sha256, sha, dev.arch, e.spec, e.prob.layout, spec_class(e.prob))
                 if key not in same_sass:
                     same_sass[key] = same_triton_machine_code(fresh.read_source(e), text,
                                                               KernelSpec.parse(e.spec), e.prob, dev)
