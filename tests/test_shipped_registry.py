@@ -271,3 +271,31 @@ def test_verify_pending_only_checks_only_the_pending_kernels(tmp_path, monkeypat
     built.clear()
     reg.verify(gpu=True, render=False)
     assert sorted(built) == sorted(e.prob.text for e in mine)
+
+
+def test_rerender_asks_the_triton_comparison_once_per_text_spec_and_problem_class(tmp_path, monkeypatch):
+    """A Triton edit (here a footer comment) goes through backends/sass.py's Triton comparison (a
+    stand-in here: the real one compiles every kernel, ~60 s for the shipped set), asked once per
+    (old text, new text, arch, spec, layout, problem class); its verdict keeps or drops the checks."""
+    import cudal2.backends.sass as sass
+    from cudal2.backends import triton as tb
+    from cudal2.backends.triton import spec_class
+    dest = Registry.load().export(tmp_path / "reg")
+    monkeypatch.setattr(tb, "FOOTER", tb.FOOTER + "# an edit\n")
+    asked = []
+
+    def stand_in(old, new, spec, problem, device):
+        asked.append((spec.text, problem.layout, spec_class(problem)))
+        return problem.layout == "nn"          # "same" for nn entries, "different" for nt
+    monkeypatch.setattr(sass, "same_triton_machine_code", stand_in)
+    reg = Registry.load(dest)
+    trit = [e for e in reg.all() if e.backend == "triton" and e.check.get("passed")]
+    changed = reg.rerender(compare_sass=True)
+    assert {e.key for e in changed} >= {e.key for e in trit}
+    assert len(asked) == len(set(asked)) <= len(trit)
+    after = {e.key: e for e in Registry.load(dest).all()}
+    for e in trit:
+        kept = after[e.key].check.get("passed") is True
+        assert kept == (e.prob.layout == "nn"), e.key
+        times = after[e.key].times          # which old text the verdict was about
+        assert times.get("same_sass_as" if kept else "rerendered_from") == e.sha256, e.key

@@ -172,9 +172,7 @@ def cubins(source: str, spec: KernelSpec, problem: Problem, device: DeviceInfo) 
     if INTERPRET:
         raise CompileError("no machine code under the Triton interpreter")
     mod = module_for(source, spec.family)
-    cex, opts = constexprs(spec, problem.layout, pdl_default(spec, device, mod))
-    if spec.family == "tiled" and "PDL" not in mod.tiled_kernel.arg_names:
-        del cex["PDL"]                  # a stored text from before PDL
+    cex, opts = constexprs(spec, problem.layout, pdl_default(spec, device, mod), mod)
     cc = device.cc[0] * 10 + device.cc[1]
     return [k.asm["cubin"] for k in _aot_launches(mod, spec, problem, cex, opts, cc)]
 

@@ -71,12 +71,14 @@ def _triton_launches_pdl() -> bool:
     return "launch_pdl" in getattr(CUDAOptions, "__dataclass_fields__", {})
 
 
-def constexprs(spec: KernelSpec, layout: str, pdl: bool = False) -> tuple[dict, dict]:
-    mod = family_module(spec.family)
+def constexprs(spec: KernelSpec, layout: str, pdl: bool = False, mod=None) -> tuple[dict, dict]:
+    """The constexprs and launch options of `mod` (default: the installed family module; else a
+    stored text's, `module_for`) for spec and layout."""
+    mod = mod or family_module(spec.family)
     cex, opts = spec_knobs(spec, mod)
     if spec.family == "persistent":
         cex = mod.constexprs_for(cex, layout)
-    else:
+    elif "PDL" in mod.tiled_kernel.arg_names:       # a stored text from before PDL has none
         # Passed either way: the direct path passes every parameter by name. The constexpr (the
         # wait in the kernel) and the launch attribute go together: a PDL launch of a kernel that
         # does not wait could read what the grid before it still writes.

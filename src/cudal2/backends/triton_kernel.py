@@ -37,9 +37,7 @@ class TritonKernel:
             raise ValueError(f"PDL needs the tiled family compiled for sm_90+ from a text with the PDL "
                              f"constexpr ({self.spec.text}, cc {self.device.cc}, interpreter {INTERPRET})")
         self.pdl = pdl_default(self.spec, self.device, self._mod) if pdl is None else bool(pdl)
-        self._cex, self._opts = constexprs(self.spec, self.layout, self.pdl)
-        if not self._persistent and "PDL" not in self._mod.tiled_kernel.arg_names:
-            del self._cex["PDL"]        # a stored text from before PDL (launched through the JIT)
+        self._cex, self._opts = constexprs(self.spec, self.layout, self.pdl, self._mod)
         self._sm_count: int | None = None
         self._nt = self.layout == "nt"
         self._binds: dict = {}          # (M, N, K) -> bound launch

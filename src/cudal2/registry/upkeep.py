@@ -44,7 +44,6 @@ def rerender(reg, compare_sass: bool = True) -> list[Entry]:
     one dead copy per re-rendered source (88 files, 2.9 MB on 2026-12-04) in a tree that travels
     to the card under a 64 MiB cap."""
     from ..backends import get_backend
-    from ..backends.sass import same_machine_code, same_triton_machine_code
     from ..spec import KernelSpec
     # (old sha, new sha, arch[, spec, layout, what Triton specialises on]) -> verdict: entries share
     # sources (926 -> 192)
@@ -61,18 +60,10 @@ def rerender(reg, compare_sass: bool = True) -> list[Entry]:
                 continue
             old_paths.add(fresh.source_path(e))
             same = False
-            if compare_sass and e.backend == "cuda" and e.check.get("passed"):
-                key = (e.sha256, sha, target_for_key(e.device).arch)
+            if compare_sass and e.check.get("passed"):
+                key = _code_key(e, sha)
                 if key not in same_sass:
-                    same_sass[key] = same_machine_code(fresh.read_source(e), text, key[2])
-                same = same_sass[key]
-            elif compare_sass and e.backend == "triton" and e.check.get("passed"):
-                from ..backends.triton import spec_class
-                dev = target_for_key(e.device)
-                key = (e.sha256, sha, dev.arch, e.spec, e.prob.layout, spec_class(e.prob))
-                if key not in same_sass:
-                    same_sass[key] = same_triton_machine_code(fresh.read_source(e), text,
-                                                              KernelSpec.parse(e.spec), e.prob, dev)
+                    same_sass[key] = _same_code(e, fresh.read_source(e), text)
                 same = same_sass[key]
             if same:
                 e.times = {**e.times, "same_sass_as": e.sha256}
@@ -95,6 +86,26 @@ def rerender(reg, compare_sass: bool = True) -> list[Entry]:
                 path.unlink(missing_ok=True)
         reg.entries = fresh.entries
     return changed
+
+
+def _code_key(e: Entry, new_sha: str) -> tuple:
+    """What decides whether an entry's old and new texts compile alike: the two texts and the arch
+    (CUDA); Triton also the spec, layout and what the JIT specialises the problem on."""
+    key = (e.sha256, new_sha, target_for_key(e.device).arch)
+    if e.backend == "triton":
+        from ..backends.triton import spec_class
+        key += (e.spec, e.prob.layout, spec_class(e.prob))
+    return key
+
+
+def _same_code(e: Entry, old: str, new: str) -> bool | None:
+    """backends/sass.py's verdict on the entry's old and new texts (None: cannot tell)."""
+    from ..backends.sass import same_machine_code, same_triton_machine_code
+    from ..spec import KernelSpec
+    dev = target_for_key(e.device)
+    if e.backend == "cuda":
+        return same_machine_code(old, new, dev.arch)
+    return same_triton_machine_code(old, new, KernelSpec.parse(e.spec), e.prob, dev)
 
 
 def verify(reg, gpu: bool | None = None, render: bool = False, pending_only: bool = False) -> list[VerifyResult]:
