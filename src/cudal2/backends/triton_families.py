@@ -37,11 +37,11 @@ def spec_knobs(spec: KernelSpec, mod) -> tuple[dict, dict]:
     return cex, opts
 
 
-# The tiled family's programmatic dependent launch is an experiment until a card has timed it
-# (2026-12-06: built and CPU-tested, no card session had device time left): off unless asked for
-# (`load(artifact, pdl=True)`; `bench/graph_clock.py --families tiled --variant PDL=1`). The CUDA
-# families' PDL, timed on an H100, is on by default (kernels_cuda/pdl.cuh, wgmma.cu).
-PDL_BY_DEFAULT = False
+# The tiled family's programmatic dependent launch (gdc_wait first, Triton's launch_pdl), on by
+# default since run 131 (H100, 2026-12-06, bench/graph_clock.py --families tiled --variant PDL=1,
+# 13 filed tiled kernels): graph clock 1.231x best-cublas with PDL against 1.065x without (every
+# shape faster), offline unchanged (1.086 / 1.084). `load(artifact, pdl=False)` turns it off.
+PDL_BY_DEFAULT = True
 
 
 def pdl_default(spec: KernelSpec, device: DeviceInfo, mod=None) -> bool:
