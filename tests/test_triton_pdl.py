@@ -2,8 +2,9 @@
 machine without a GPU: compiled for sm_90 with PDL, the kernel waits (griddepcontrol.wait) before
 any global load or store and its compiled metadata asks for the PDL launch; without PDL, neither.
 The split-K reduce follows the tiled launch. pdl_supported: tiled on sm_90+, not the persistent
-family, an older arch, or a stored text from before PDL; pdl_default: PDL_BY_DEFAULT (off, an
-experiment until a card times it) where supported. The direct path launching
+family, an older arch, or a stored text from before PDL; pdl_default: where supported, as a stored
+text's footer says (PDL_LINE, written by render while PDL_BY_DEFAULT is on: on since run 131), so
+`registry rerender` sees the default's flip as other machine code. The direct path launching
 these kernels is tests/test_direct_launch.py's; on a card, tests/test_pdl_families_gpu.py.
 
 The sm_90 compiles run in a child process with TRITON_INTERPRET unset (as test_triton_compile.py's).
@@ -61,27 +62,33 @@ def _worker() -> None:
                                 {**tiled.reduce_args(cex, opts), **tb._jit_kwargs(red, {}, {})}, 90)
                     row[f"reduce_{pdl}"] = {**_order(r.asm["ptx"]), "launch_pdl": bool(r.metadata.launch_pdl)}
             print(json.dumps(row), flush=True)
-    # `registry rerender`'s comparison: a text from before PDL (the constexpr and the wait taken out)
-    # and today's rendering compile to the same SASS while PDL is off by default, to other SASS with
-    # it on (both launches of a split-K spec compared)
+    # `registry rerender`'s comparison: a text from before PDL (the constexpr and the wait taken out,
+    # no footer line) and today's rendering compile to the same SASS while the default is off (the
+    # new text loads without PDL), to other SASS with it on (its footer asks for PDL; both launches
+    # of a split-K spec compared). Each text loads as its footer says, whatever the default now.
     from cudal2.backends.sass import same_triton_machine_code
+    was = fam.PDL_BY_DEFAULT
     for text in SPECS:
         spec = KernelSpec.parse(text)
         p = Problem(1000, 300, 777, "nt")
-        new = tb.render(spec, p)
-        old = new.replace(", PDL: tl.constexpr = False", "")
-        old = old.replace("    if PDL:         # before any global access (the header: PDL)\n        gdc_wait()\n", "")
-        old = old.replace("    if PDL:         # the slices the launch before it wrote\n        gdc_wait()\n", "")
-        assert "if PDL" not in old.split(tb.FOOTER)[0].split("def reduce_args")[0], "the stand-in old text kept a wait"
-        row = {"sass_spec": text, "off": same_triton_machine_code(old, new, spec, p, dev)}
-        fam.PDL_BY_DEFAULT = True
-        row["on"] = same_triton_machine_code(old, new, spec, p, dev)
-        fam.PDL_BY_DEFAULT = False
+        row = {"sass_spec": text}
+        for default in (False, True):
+            fam.PDL_BY_DEFAULT = default
+            new = tb.render(spec, p)
+            old = new.replace(", PDL: tl.constexpr = False", "").replace(tb.PDL_LINE, "")
+            old = old.replace("    if PDL:         # before any global access (the header: PDL)\n        gdc_wait()\n", "")
+            old = old.replace("    if PDL:         # the slices the launch before it wrote\n        gdc_wait()\n", "")
+            assert "if PDL" not in old.split(tb.FOOTER)[0].split("def reduce_args")[0], "the stand-in old text kept a wait"
+            row[f"same_{default}"] = same_triton_machine_code(old, new, spec, p, dev)
+            fam.PDL_BY_DEFAULT = not default      # the text decides, not the default at load
+            row[f"text_pdl_{default}"] = [tb.pdl_default(spec, dev, source=new), tb.pdl_default(spec, dev, source=old)]
+        fam.PDL_BY_DEFAULT = was
         print(json.dumps(row), flush=True)
     pers = KernelSpec.parse("family=persistent bm=128 bn=128 bk=64 warps=8 stages=3 subtile=2")
     old = DeviceInfo.target("sm_80")
     print(json.dumps({"persistent": tb.pdl_supported(pers, dev), "sm_80": tb.pdl_supported(KernelSpec.parse(SPECS[0]), old),
-                      "footer_has_pdl": "PDL" in tb.render(KernelSpec.parse(SPECS[0]), Problem(64, 64, 64)).split(tb.FOOTER)[1]}),
+                      "footer_pdl": tb.text_pdl(tb.render(KernelSpec.parse(SPECS[0]), Problem(64, 64, 64))),
+                      "persistent_footer_pdl": tb.text_pdl(tb.render(pers, Problem(64, 64, 64)))}),
           flush=True)
 
 
@@ -94,10 +101,13 @@ def rows() -> list[dict]:
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
-def test_rerender_sees_the_same_machine_code_while_pdl_is_off(rows):
+def test_rerender_sees_the_default_flip_as_new_machine_code(rows):
     cmp = [r for r in rows if "sass_spec" in r]
     assert len(cmp) == len(SPECS)
-    assert all(r["off"] is True and r["on"] is False for r in cmp), cmp
+    for r in cmp:
+        assert r["same_False"] is True and r["same_True"] is False, r
+        # rendered with the default off: neither text asks for PDL; on: only the new one
+        assert r["text_pdl_False"] == [False, False] and r["text_pdl_True"] == [True, False], r
 
 
 def test_tiled_waits_before_any_global_access_with_pdl(rows):
@@ -115,9 +125,10 @@ def test_tiled_waits_before_any_global_access_with_pdl(rows):
 
 def test_pdl_not_supported_where_it_cannot_apply(rows):
     last = rows[-1]
-    # persistent: TMA descriptors written to per-stream scratch; sm_80: no griddepcontrol; the
-    # stored text's footer says nothing of PDL (a per-device choice, not part of the text).
-    assert last == {"persistent": False, "sm_80": False, "footer_has_pdl": False}
+    # persistent: TMA descriptors written to per-stream scratch (its text never asks for PDL);
+    # sm_80: no griddepcontrol; a tiled text asks for PDL as the default stands.
+    assert last == {"persistent": False, "sm_80": False, "footer_pdl": fam.PDL_BY_DEFAULT,
+                    "persistent_footer_pdl": False}
 
 
 if __name__ == "__main__" and "--worker" in sys.argv:

@@ -37,17 +37,20 @@ from ..spec import KernelSpec, SpecError, validate
 from .base import Artifact, CompileError
 from .triton_direct import INTERPRET    # read from TRITON_INTERPRET once, at import (docstring above)
 # the families, constexprs, rendered texts as modules, PDL's rule: shared with the load (triton_kernel)
-from .triton_families import (FOOTER, constexprs, family_module, load_source,  # noqa: F401
-                              module_for, pdl_default, pdl_supported, spec_knobs)
+from .triton_families import (FOOTER, PDL_LINE, constexprs, family_module, load_source,  # noqa: F401
+                              module_for, pdl_default, pdl_supported, spec_knobs, text_pdl)
+from . import triton_families as _families
 from .triton_kernel import TritonKernel, load  # noqa: F401
 # ---- render ------------------------------------------------------------------------------------------
 def render(spec: KernelSpec, problem: Problem) -> str:
     mod = family_module(spec.family)
     cex, opts = constexprs(spec, problem.layout)
-    cex.pop("PDL", None)    # set at compile and load (pdl_default, load's pdl), not part of the text
+    # PDL is not a constexpr of the text: the footer's PDL_LINE says whether it loads with it
+    # (pdl_default; read at the module's attribute so a test can flip the default)
+    pdl = cex.pop("PDL", None) is not None and _families.PDL_BY_DEFAULT
     return (inspect.getsource(mod).rstrip() + "\n" + FOOTER
             + f"SPEC = {spec.text!r}\nLAYOUT = {problem.layout!r}\n"
-            + f"CONSTEXPRS = {cex!r}\nOPTIONS = {opts!r}\n")
+            + f"CONSTEXPRS = {cex!r}\nOPTIONS = {opts!r}\n" + (PDL_LINE if pdl else ""))
 
 
 # ---- compile -----------------------------------------------------------------------------------------
@@ -135,12 +138,12 @@ def compile(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> Artifact:
     validate(spec, problem, device)
     if spec.backend != "triton":
         raise SpecError("backend", f"the Triton backend cannot compile backend={spec.backend}")
-    key = (spec.text, problem.layout, device.cc, spec_class(problem), INTERPRET)
+    key = (spec.text, problem.layout, device.cc, spec_class(problem), INTERPRET, _families.PDL_BY_DEFAULT)
     hit = _ARTIFACTS.get(key)
     if hit is not None:
         return Artifact(hit.backend, hit.spec, hit.source, hit.binary, {**hit.meta, "cached": True})
     source = render(spec, problem)
-    pdl = pdl_default(spec, device)
+    pdl = pdl_default(spec, device, source=source)
     cex, opts = constexprs(spec, problem.layout, pdl)
     fn, args = _launch_args(spec, problem)
     meta = {"kernel": fn.__name__, "layout": problem.layout, "device": device.to_dict(),
@@ -172,7 +175,7 @@ def cubins(source: str, spec: KernelSpec, problem: Problem, device: DeviceInfo) 
     if INTERPRET:
         raise CompileError("no machine code under the Triton interpreter")
     mod = module_for(source, spec.family)
-    cex, opts = constexprs(spec, problem.layout, pdl_default(spec, device, mod), mod)
+    cex, opts = constexprs(spec, problem.layout, pdl_default(spec, device, mod, source), mod)
     cc = device.cc[0] * 10 + device.cc[1]
     return [k.asm["cubin"] for k in _aot_launches(mod, spec, problem, cex, opts, cc)]
 

@@ -41,12 +41,24 @@ def spec_knobs(spec: KernelSpec, mod) -> tuple[dict, dict]:
 # default since run 131 (H100, 2026-12-06, bench/graph_clock.py --families tiled --variant PDL=1,
 # 13 filed tiled kernels): graph clock 1.231x best-cublas with PDL against 1.065x without (every
 # shape faster), offline unchanged (1.086 / 1.084). `load(artifact, pdl=False)` turns it off.
+# The choice is written into each rendered text's footer (PDL_LINE), and a text loads as its footer
+# says: a registry entry runs the machine code it was checked on, and `registry rerender` sees the
+# flip as a new text whose kernels differ (a pending re-check), not as the same text run otherwise.
 PDL_BY_DEFAULT = True
+PDL_LINE = "PDL = True\n"
 
 
-def pdl_default(spec: KernelSpec, device: DeviceInfo, mod=None) -> bool:
-    """Whether a kernel loads with PDL when not told: PDL_BY_DEFAULT where `pdl_supported`."""
-    return PDL_BY_DEFAULT and pdl_supported(spec, device, mod)
+def text_pdl(source: str) -> bool:
+    """Whether a rendered text asks to load with PDL (its footer's PDL_LINE; none before 2026-12-06)."""
+    parts = source.split(FOOTER, 1)
+    return len(parts) == 2 and PDL_LINE in parts[1].splitlines(keepends=True)
+
+
+def pdl_default(spec: KernelSpec, device: DeviceInfo, mod=None, source: str | None = None) -> bool:
+    """Whether a kernel loads with PDL when not told, where `pdl_supported`: as a stored text's
+    footer says (`source`), else as a new rendering would (PDL_BY_DEFAULT)."""
+    want = PDL_BY_DEFAULT if source is None else text_pdl(source)
+    return want and pdl_supported(spec, device, mod)
 
 
 def pdl_supported(spec: KernelSpec, device: DeviceInfo, mod=None) -> bool:

@@ -36,7 +36,8 @@ class TritonKernel:
         if pdl and not pdl_supported(self.spec, self.device, self._mod):
             raise ValueError(f"PDL needs the tiled family compiled for sm_90+ from a text with the PDL "
                              f"constexpr ({self.spec.text}, cc {self.device.cc}, interpreter {INTERPRET})")
-        self.pdl = pdl_default(self.spec, self.device, self._mod) if pdl is None else bool(pdl)
+        self.pdl = (pdl_default(self.spec, self.device, self._mod, artifact.source) if pdl is None
+                    else bool(pdl))
         self._cex, self._opts = constexprs(self.spec, self.layout, self.pdl, self._mod)
         self._sm_count: int | None = None
         self._nt = self.layout == "nt"
