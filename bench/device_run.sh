@@ -3,7 +3,8 @@
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
-# retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS] next.
+# retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS]
+# small-sweep[:NN_S[:NT_S]] next.
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -17,6 +18,23 @@ recheck() {
   rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
   timeout 230 cudal2 registry verify --gpu --render --record --pending-only --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
   tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
+}
+
+# small_sweep NN_S NT_S: issue 20's coverage pass on an H100, the small grid shapes it runs on
+# torch.matmul (bench/h100_small_nn.txt / _nt.txt, worst first; run 134 swept the first 41 of 125):
+# bench/sweep_file.sh per layout (the wave model's specs, the leads searched and filed in
+# run/registry), then one run.tgz of the whole run/ (adopt it with bench/adopt_runpack.py).
+# Files: nn/ and nt/ (the sweep's CSV / JSON, logs.tgz), run.tgz.
+small_sweep() {
+  local lay secs
+  for lay in nn nt; do
+    secs=$1; [ $lay = nt ] && secs=$2
+    mkdir -p "$OUT/$lay"
+    OUT="$OUT/$lay" bash bench/sweep_file.sh h100_small_$lay $lay "$secs" $((secs * 3 / 4)) 1 2>&1 \
+      | grep -v "^-r\|^d\|^total\|^│\|^└\|^┃\|^┏\|^┡" | tail -12
+    rm -f "$OUT/$lay"/run.tgz*
+  done
+  tar czf "$OUT/run.tgz" run
 }
 
 for stage in "$@"; do
@@ -172,26 +190,26 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       timeout "${gsecs:-420}" cudal2 compare --shapes "$gshapes" --layout "$glay" --mode offline,graph \
         --registry src/cudal2/registry --min-ms 15 --eager-ms 2 --no-table --json "$gjson" --resume 2>&1 | tail -12
       gzip -c "$gjson" >"$OUT/$(basename "$gjson").gz" ;;
+    small-sweep|small-sweep:*)
+      # small-sweep[:NN_S[:NT_S]] (defaults 120, 80): issue 20's coverage pass on an H100 (small_sweep above)
+      IFS=: read -r _ s_nn s_nt <<<"$stage"; small_sweep "${s_nn:-120}" "${s_nt:-80}" ;;
     next)
-      # The first call of the next card session (rewritten 2026-12-06 13:15, CPU), by card, ~520 s at
-      # most. PDL became the default in mma / stream (pdl.cuh, run 129); Triton tiled has it as an
-      # experiment (off by default, not yet run on a card): the PDL GPU tests first (mma / stream /
-      # Triton: checker, chains, graphs), then Triton tiled's filed kernels with PDL=1 beside them
-      # on both clocks (bench/graph_clock.py; if it pays, backends/triton_families.py's PDL_BY_DEFAULT), then
-      # the re-check of the card's pending entries (the H200: 556 wgmma + 81 mma / stream + 104
-      # tiled; the H100: 78 mma / stream + 90 tiled): on an H200 by recheck's own stage (its sweep
-      # warms the compiles), on an H100 verify alone.
-      ntests="tests/test_pdl_families_gpu.py tests/test_backends_gpu.py::test_mma_split_k_is_deterministic_and_stream_safe"
-      timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 50 -rfE $ntests \
-        >"$OUT/gpu_tests.txt" 2>&1; tail -6 "$OUT/gpu_tests.txt"
-      timeout 150 python3 bench/graph_clock.py --out "$OUT" --families tiled --variant PDL=1 \
-        --classes small,skinny,starved,shortK,mid,large --layouts nt,nn --per-class 6 --max-seconds 105 2>&1 | tail -9
+      # The first call of the next card session (rewritten 2026-12-06 15:10, CPU), by card, ~520 s at
+      # most. On an H200: the PDL GPU tests (mma / stream / Triton tiled: checker, chains, graphs;
+      # run 131 passed them on an H100), then the full checker over the H200's 741 entries
+      # re-rendered for PDL (556 wgmma, 81 mma / stream, 104 tiled), recorded on an export
+      # (index_rechecked.json.gz: copy it over src/cudal2/registry/index.json after checking that
+      # only check fields moved). On an H100 (nothing pending there since run 134): the small-class
+      # coverage pass (small-sweep, above).
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-        recheck 260 PDL=0,EPI_WIDE=0
-      else
+        ntests="tests/test_pdl_families_gpu.py tests/test_backends_gpu.py::test_mma_split_k_is_deterministic_and_stream_safe"
+        timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 50 -rfE $ntests \
+          >"$OUT/gpu_tests.txt" 2>&1; tail -6 "$OUT/gpu_tests.txt"
         rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
-        timeout 240 cudal2 registry verify --gpu --render --record --pending-only --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
+        timeout 400 cudal2 registry verify --gpu --render --record --pending-only --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
         tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
+      else
+        small_sweep 150 90
       fi ;;
     *)
       echo "unknown stage $stage" ;;

@@ -268,13 +268,19 @@ def test_stamped_launch_reads_back_in_event_order(gpu_device, tmp_path):
         assert 500 < s["sm_mhz_median"] < 3000
 
 
-@pytest.mark.parametrize("stage,at_least", [("probe", 6), ("next", 3)])
+@pytest.mark.parametrize("stage,at_least", [("probe", 6), ("next", 2), ("small_sweep", 1)])
 def test_the_probe_stage_names_what_exists(stage, at_least):
-    """bench/device_run.sh's probe and next stages (a card session's first call) name GPU tests, a
-    cases file and scripts by path: a typo there costs a device call."""
+    """bench/device_run.sh's probe and next stages (a card session's first call) and the function
+    next runs on an H100 name GPU tests, a cases file and scripts by path: a typo there costs a
+    device call."""
     import shlex
     text = (ROOT / "bench" / "device_run.sh").read_text()
-    probe = text[text.index(f"    {stage})"):text.index(";;", text.index(f"    {stage})"))]
+    if stage == "small_sweep":          # a function: its body; the lists it names by layout
+        probe = text[text.index("small_sweep() {"):text.index("\n}\n", text.index("small_sweep() {"))]
+        assert "h100_small_$lay" in probe
+        assert all((ROOT / "bench" / f"h100_small_{lay}.txt").is_file() for lay in ("nn", "nt"))
+    else:
+        probe = text[text.index(f"    {stage})"):text.index(";;", text.index(f"    {stage})"))]
     # a quoted list assigned to a variable (next's ntests="...") counts word by word
     words = [w.rpartition("=")[2] for w in shlex.split(probe.replace("\\\n", " "), comments=True)
              for w in w.split()]

@@ -119,3 +119,35 @@ def test_refuses_a_torch_only_bar_unless_asked(monkeypatch, capsys, tmp_path):
     assert hs.main(["--out", str(tmp_path), "--torch-only"]) == 3
     monkeypatch.setattr(bl, "unbuildable", lambda names: {})
     assert hs.main(["--out", str(tmp_path)]) == 3          # all buildable: on to the GPU check
+
+
+def test_compiled_in_order_yields_each_shape_once_its_own_compiles_are_done():
+    """The sweep times a shape as soon as its specs are compiled (bench/hopper_sweep.py's
+    compiled_in_order): problems in order, each with its own compile errors only, a (spec, layout)
+    shared by two shapes compiled once, and the later shapes' compiles still running when the first
+    is yielded (a stand-in compile that blocks on the last shape's spec until released)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cudal2.problems import Problem
+
+    release, calls = threading.Event(), []
+
+    def fake_compile(args):
+        text, shape, layout, _ = args
+        calls.append((text, layout))
+        if text == "late":
+            assert release.wait(10), "never released"
+        return text, layout, "boom" if text == "bad" else None
+
+    p1, p2, p3 = Problem(100, 200, 300, "nt"), Problem(64, 64, 64, "nt"), Problem(64, 64, 64, "nn")
+    specs = {p1: {"a": "wave", "bad": "wave"}, p2: {"a": "wave", "late": "wave"}, p3: {"a": "wave"}}
+    with ThreadPoolExecutor(4) as ex:
+        it = hs.compiled_in_order([p1, p2, p3], specs, {}, ex, compile_fn=fake_compile)
+        p, errors = next(it)
+        assert p == p1 and errors == {("bad", "nt"): "boom"}
+        assert not release.is_set()                      # p2's "late" compile has not finished
+        release.set()
+        rest = list(it)
+    assert [p for p, _ in rest] == [p2, p3] and all(e == {} for _, e in rest)
+    assert sorted(calls) == sorted([("a", "nt"), ("bad", "nt"), ("late", "nt"), ("a", "nn")])

@@ -55,9 +55,11 @@ def test_shipped_registry_verifies_on_cpu():
     # --offline-guard 0.97 with the grid nn compare (2048x256x16384, 2026-12-06): a count that
     # moves says the index changed. h100-sm90: run 134 (2026-12-06) filed a sweep's leads over small
     # grid shapes the H100 ran on torch.matmul (bench/h100_small_{nn,nt}.txt, 41 of 125 swept: 13
-    # leads, 10 kernels, 3 cuBLAS entries where the lead lost the 1.01x margin at full timing).
+    # leads, 10 kernels, 3 cuBLAS entries where the lead lost the 1.01x margin at full timing), then
+    # `registry file-cublas` over the two small-class compares a layout on record (runs 127 + 132 nt,
+    # 130 + 133 nn): 110 cuBLAS entries (torch.matmul 97, cuBLASLt autotune 7, heuristic 6).
     assert sum(e.backend != "cublas" for e in reg.all("h200-sm90")) == 742
-    assert len(reg.all("h100-sm90")) == 538
+    assert len(reg.all("h100-sm90")) == 648
     assert sum(e.backend != "cublas" for e in reg.all("h100-sm90")) == 511
     assert len(kernels) == 742 + 511
     # Every kernel entry passed the full checker on its card, or is pending (check.passed None) after
@@ -95,7 +97,7 @@ def test_cli_verify_names_the_orphaned_entry(tmp_path, edit):
     from cudal2.cli import app
     runner = CliRunner()
     r = runner.invoke(app, ["registry", "export", str(tmp_path / "reg")])
-    assert r.exit_code == 0 and "exported 2698 entries" in r.output
+    assert r.exit_code == 0 and "exported 2808 entries" in r.output
     reg = Registry.load(tmp_path / "reg")
     e = next(x for x in reg.all() if x.backend == "triton")
     n = 1
