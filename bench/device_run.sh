@@ -22,15 +22,15 @@ recheck() {
 
 # small_sweep NN_S NT_S: issue 20's coverage pass on an H100, the small grid shapes it runs on
 # torch.matmul (bench/h100_small_nn.txt / _nt.txt, worst first; run 134 swept the first 41 of 125):
-# bench/sweep_file.sh per layout (the wave model's specs, the leads searched and filed in
-# run/registry), then one run.tgz of the whole run/ (adopt it with bench/adopt_runpack.py).
+# bench/sweep_file.sh per layout (the wave model's specs and bench/small_extra.txt's Triton tiled /
+# mma / stream specs, the leads searched and filed in run/registry), then one run.tgz of the whole run/ (adopt it with bench/adopt_runpack.py).
 # Files: nn/ and nt/ (the sweep's CSV / JSON, logs.tgz), run.tgz.
 small_sweep() {
   local lay secs
   for lay in nn nt; do
     secs=$1; [ $lay = nt ] && secs=$2
     mkdir -p "$OUT/$lay"
-    OUT="$OUT/$lay" bash bench/sweep_file.sh h100_small_$lay $lay "$secs" $((secs * 3 / 4)) 1 2>&1 \
+    OUT="$OUT/$lay" bash bench/sweep_file.sh h100_small_$lay $lay "$secs" $((secs * 3 / 4)) 1 small_extra 2>&1 \
       | grep -v "^-r\|^d\|^total\|^│\|^└\|^┃\|^┏\|^┡" | tail -12
     rm -f "$OUT/$lay"/run.tgz*
   done
@@ -119,12 +119,14 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # (no lite) over the shapes of bench/NAME.txt in one layout, beside the baselines
       # (bench/hopper_sweep.py, 10 ms a function). acc128_split: issue 19's 254 grid shapes whose list
       # now holds a 128-accumulator cluster split-K (128x256 / 256x128, refused before 2026-12-06).
-      IFS=: read -r _ name lay secs <<<"$stage"; secs=${secs:-300}
-      list=bench/$name.txt
-      if [ ! -f "$list" ] || [ -z "$lay" ]; then echo "sweep:NAME:LAYOUT[:SECONDS] needs bench/NAME.txt and nn or nt"; else
+      # sweep:NAME:LAYOUT:SECONDS:EXTRA also tries the specs of bench/EXTRA.txt where valid
+      # (small_extra: the Triton tiled / mma / stream specs most filed at small shapes).
+      IFS=: read -r _ name lay secs extra <<<"$stage"; secs=${secs:-300}
+      list=bench/$name.txt; xopt=(); [ -n "$extra" ] && xopt=(--extra-file "bench/$extra.txt")
+      if [ ! -f "$list" ] || [ -z "$lay" ]; then echo "sweep:NAME:LAYOUT[:SECONDS[:EXTRA]] needs bench/NAME.txt and nn or nt"; else
       timeout $((secs + 120)) python3 bench/hopper_sweep.py --out "$OUT" --layouts "$lay" --tag "${name}_$lay" \
         --shapes "$(grep -v '^#' "$list" | cut -d' ' -f1 | paste -sd, -)" --n-cands 8 --lite 0 \
-        --time-limit "$secs" 2>&1 | tail -12; fi ;;
+        "${xopt[@]}" --time-limit "$secs" 2>&1 | tail -12; fi ;;
     bk|bk:*)
       # bk[:SECONDS] (default 200): issue 19's k-tile depth. The wave model's 6 best specs of 6 grid nt
       # shapes of each class (small, shortK, starved, mid, large) again at bk 32 and 128, each with

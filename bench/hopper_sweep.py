@@ -54,7 +54,8 @@ def pick_shapes(classes: list[str], per_class: int, layouts: list[str]) -> list:
 
 
 def _compile(args):
-    """Worker: compile one spec (the cubin lands in the shared disk cache)."""
+    """Worker: compile one spec with its own backend (the binary lands in the shared disk cache:
+    NVRTC's for CUDA, Triton's for a Triton extra)."""
     text, shape, layout, dev_dict = args
     from cudal2.backends import get_backend
     from cudal2.device import DeviceInfo
@@ -62,10 +63,21 @@ def _compile(args):
     from cudal2.spec import KernelSpec
     try:
         p = Problem.parse(shape, layout)
-        get_backend("cuda").compile(KernelSpec.parse(text), p, DeviceInfo.from_dict(dev_dict))
+        spec = KernelSpec.parse(text)
+        get_backend(spec.backend).compile(spec, p, DeviceInfo.from_dict(dev_dict))
         return text, layout, None
     except Exception as e:                                   # reported per row, not fatal
         return text, layout, (str(e).splitlines() or [type(e).__name__])[0][:200]
+
+
+def extra_specs(extra: str, extra_file: str = "") -> list[str]:
+    """--extra's ';'-separated texts, then --extra-file's lines (comments and blanks dropped), each
+    parsed so a typo fails before any compile rather than as a row per shape."""
+    from cudal2.spec import KernelSpec
+    texts = [t.strip() for t in extra.split(";") if t.strip()]
+    if extra_file:
+        texts += [ln.split("#", 1)[0].strip() for ln in Path(extra_file).read_text().splitlines()]
+    return [KernelSpec.parse(t).text for t in texts if t]
 
 
 def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite: int = 0,
@@ -227,6 +239,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="", help="comma-separated MxNxK instead of the grid classes")
     ap.add_argument("--n-cands", type=int, default=8, help="cost-model candidates per shape")
     ap.add_argument("--extra", default="", help="';'-separated spec texts tried where valid")
+    ap.add_argument("--extra-file", default="", help="a file of spec texts, one a line ('#' starts a comment), "
+                    "tried where valid as --extra's (bench/small_extra.txt: the non-wgmma families)")
     ap.add_argument("--clusters", type=int, default=0, help="also try the first N candidates on a 2-CTA cluster")
     ap.add_argument("--lite", type=int, default=0, help="also try the lite schedule (warp_spec 0) of the N best tiles")
     ap.add_argument("--fit-compare", action="store_true",
@@ -265,7 +279,7 @@ def main(argv=None) -> int:
     if args.cost_model:
         from cudal2.rl.costmodel import CostModel
         model = CostModel.load(args.cost_model)
-    specs = plan(problems, dev, args.n_cands, [t for t in args.extra.split(";") if t.strip()], args.clusters,
+    specs = plan(problems, dev, args.n_cands, extra_specs(args.extra, args.extra_file), args.clusters,
                  args.lite, model, args.n_cost, args.fit_compare,
                  tuple(int(x) for x in args.bks.split(",") if x.strip()))
     print(f"cluster CTAs resident at once (cudal2.cluster_fit), (size, CTAs): {dev.cluster_ctas}", flush=True)

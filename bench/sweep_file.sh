@@ -2,9 +2,10 @@
 # A spec sweep, its winners filed and the grid compare's rows they made stale timed again, in one
 # device call (every step time-boxed; at most 8 files come back, so the logs come back as one tar):
 #
-#   bash bench/sweep_file.sh NAME LAYOUT SWEEP_S SEARCH_S COMPARE_S
+#   bash bench/sweep_file.sh NAME LAYOUT SWEEP_S SEARCH_S COMPARE_S [EXTRA]
 #
-#   1. bench/device_run.sh sweep:NAME:LAYOUT:SWEEP_S   the wave model's specs over bench/NAME.txt
+#   1. bench/device_run.sh sweep:NAME:LAYOUT:SWEEP_S[:EXTRA]   the wave model's specs over
+#                                                      bench/NAME.txt (and bench/EXTRA.txt's specs)
 #   2. bench/sweep_leads.py                            the winners that beat the filed entry
 #   3. SET=sweep-LAYOUT bench/grid_search.sh search    each lead screened, re-checked, timed in
 #                                                      full and filed where it wins (run/registry)
@@ -13,12 +14,12 @@
 # $OUT gets the sweep's CSV / JSON, logs.tgz (the leads, generate's and the compare's logs) and
 # grid_search.sh's run.tgz (parts): adopt it with bench/adopt_runpack.py as after any search call.
 set -uo pipefail
-name=$1 lay=$2 sweep_s=$3 search_s=$4 compare_s=$5
+name=$1 lay=$2 sweep_s=$3 search_s=$4 compare_s=$5 extra=${6:-}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
 logs=$(mktemp -d)
-OUT="$OUT" bash "$(dirname "$0")/device_run.sh" "sweep:$name:$lay:$sweep_s" 2>&1 | tail -14
+OUT="$OUT" bash "$(dirname "$0")/device_run.sh" "sweep:$name:$lay:$sweep_s${extra:+:$extra}" 2>&1 | tail -14
 csv=$(ls -t "$OUT"/${name}_${lay}_*.csv 2>/dev/null | head -1)
 if [ -z "$csv" ]; then echo "no sweep CSV: nothing to file"; exit 1; fi
 python3 bench/sweep_leads.py "$csv" --device "$CARD_KEY" --out bench/sweep_leads.txt --shapes-out bench/sweep_leads_shapes.txt \

@@ -151,3 +151,34 @@ def test_compiled_in_order_yields_each_shape_once_its_own_compiles_are_done():
         rest = list(it)
     assert [p for p, _ in rest] == [p2, p3] and all(e == {} for _, e in rest)
     assert sorted(calls) == sorted([("a", "nt"), ("bad", "nt"), ("late", "nt"), ("a", "nn")])
+
+
+def test_extra_file_adds_the_other_families_where_valid(tmp_path):
+    """--extra-file (bench/small_extra.txt): each line a spec of any backend, comments dropped, a bad
+    line refused before any compile; plan tries each where it is valid ("extra"), beside the wave
+    model's wgmma specs, and a shape where one is not valid does not get it."""
+    import dataclasses
+
+    import pytest
+
+    from cudal2.device import DeviceInfo
+    from cudal2.spec import KernelSpec, SpecError, is_valid
+    from bench_import import BENCH
+    dev = dataclasses.replace(DeviceInfo.target("sm_90a"), sm_count=132)
+    texts = hs.extra_specs("", str(BENCH / "small_extra.txt"))
+    fams = {KernelSpec.parse(t).family for t in texts}
+    assert len(texts) == 8 and fams == {"tiled", "mma", "stream"}
+    p = Problem(512, 512, 256, "nn")
+    got = hs.plan([p], dev, 4, texts)[p]
+    extra = [t for t, src in got.items() if src == "extra"]
+    assert extra and set(extra) <= set(texts)
+    assert extra == [t for t in texts if is_valid(KernelSpec.parse(t), p, dev)]
+    assert all(KernelSpec.parse(t).family == "wgmma" for t, src in got.items() if src == "wave")
+    split = "backend=triton family=tiled bm=32 bn=64 bk=64 warps=4 stages=2 split_k=3"
+    f = tmp_path / "x.txt"
+    f.write_text(f"# a comment\n\n{split}  # why\n")
+    assert hs.extra_specs("family=mma bm=16 bn=32 bk=32 warps=2 stages=3", str(f)) == [
+        KernelSpec.parse("family=mma bm=16 bn=32 bk=32 warps=2 stages=3").text, KernelSpec.parse(split).text]
+    f.write_text("family=tiled bm=63\n")
+    with pytest.raises((SpecError, ValueError)):
+        hs.extra_specs("", str(f))
