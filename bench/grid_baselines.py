@@ -232,21 +232,14 @@ def main(argv=None) -> int:
 def warm_compiles(entries, device) -> None:
     """Compile the registry's kernels for the shapes ahead in parallel CPU processes: the backends'
     disk caches (Triton's, the cubin cache) then serve the in-process build of each shape at once,
-    instead of ~1-2 s of compile per shape on the GPU's clock."""
+    instead of ~1-2 s of compile per shape on the GPU's clock (cudal2.evaluate.warm)."""
+    from cudal2.evaluate.warm import warm_compiles as warm
     from cudal2.problems import Problem
-    from cudal2.evaluate.procs import CompilePool, available_cpus, backend_compile
     from cudal2.spec import KernelSpec
-    todo = [(KernelSpec.parse(e.spec), Problem.parse(e.problem)) for e in entries if e.backend != "cublas"]
-    if not todo:
-        return
-    t0 = time.monotonic()
-    pool = CompilePool(backend_compile, available_cpus(), 600.0)
-    try:
-        futs = [f for spec, p in todo for f in pool.submit([spec], p, device)]
-        failed = sum(isinstance(pool.result(f), tuple) for f in futs)
-    finally:
-        pool.close()
-    print(f"compiled {len(todo)} registry kernels ahead in {time.monotonic() - t0:.1f} s ({failed} failed)")
+    n, failed, secs = warm([(KernelSpec.parse(e.spec), Problem.parse(e.problem)) for e in entries
+                            if e.backend != "cublas"], device)
+    if n:
+        print(f"compiled {n} registry kernels ahead in {secs:.1f} s ({failed} failed)")
 
 
 def preflight(layout: str) -> dict[str, str]:

@@ -155,6 +155,9 @@ def compare_cmd(
     resume: bool = typer.Option(False, "--resume", help="go on from --json: keep its rows of these shapes "
                                 "that still time what would run now (same settings), time the others; "
                                 "the JSON is rewritten as rows come in"),
+    warm: bool = typer.Option(True, "--warm/--no-warm", help="with --registry or --spec: compile the kernels "
+                              "of the shapes to time first, in parallel CPU processes, so no shape's build "
+                              "compiles on the GPU's clock"),
 ) -> None:
     """Time cudal2's kernel (or none) beside torch, cuBLAS and cuBLASLt; print and save the figures."""
     from .errors import UserError, fail
@@ -205,6 +208,8 @@ def compare_cmd(
         except (ValueError, OSError, EOFError) as e:     # another compare's settings; not a compare JSON
             fail(f"--resume {json_path}: {e}")
             return
+    if warm and kernel_for is not None and todo:
+        _warm(todo, spec, registry, device)
     sink = RowSink(problems, kept, runs, json_path, modes, names, summaries)
     try:
         run(todo, names, modes, cfg, kernel_for, remeasure=remeasure, strict=strict, on_row=sink.add,
@@ -222,6 +227,22 @@ def compare_cmd(
     for line in summary_lines(summ):
         con.print(line)
     save(rows, summ, meta, csv_path, json_path, plot, modes)
+
+
+def _warm(todo, spec_text, registry, device) -> None:
+    """Compile ahead (cudal2.evaluate.warm) the kernels `kernel_for` will build for `todo`. H100 runs
+    132-133 (2026-12-06): --registry compares of 152 small shapes ran ~1.8 s a shape, the kernel of
+    each compiled in turn between its timings."""
+    from ..evaluate.warm import registry_pairs, warm_compiles
+    from ..spec import KernelSpec
+    if spec_text is not None:
+        pairs = [(KernelSpec.parse(spec_text), p) for p in todo]
+    else:
+        from ..registry import Registry
+        pairs = registry_pairs(Registry.load(registry), todo, device.key)
+    n, failed, secs = warm_compiles(pairs, device)
+    if n:
+        print(f"compiled {n} kernels ahead in {secs:.1f} s ({failed} failed: their rows say why)", flush=True)
 
 
 def run(problems, names, modes, cfg: Config, kernel_for=None, *, remeasure=False, on_row=None,
