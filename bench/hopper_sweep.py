@@ -312,7 +312,14 @@ def main(argv=None) -> int:
             (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(rows), "by_source": by_source,
                                                          "bk_pairs": bk_pairs(rows)}, indent=1))
     finally:
-        ex.shutdown(wait=False, cancel_futures=True)     # the compiles of shapes the time box left out
+        # The compiles of shapes the time box left out: cancelled, the running ones killed, then
+        # joined (shutdown(wait=False) alone left the interpreter waiting at exit on its manager
+        # thread once, after an error: 2026-12-06, CPU).
+        ex.shutdown(wait=False, cancel_futures=True)
+        for proc in list((getattr(ex, "_processes", None) or {}).values()):
+            if proc.is_alive():
+                proc.kill()
+        ex.shutdown(wait=True)
     print(f"{n_failed} compiles of the timed shapes failed (reported in their rows)", flush=True)
     for g, s in summarize(rows).items():
         print(f"{g:14s} {s['shapes']:3d} shapes  geomean {s['geomean']:.3f}x  worst {s['worst']:.3f}x  "

@@ -182,3 +182,53 @@ def test_extra_file_adds_the_other_families_where_valid(tmp_path):
     f.write_text("family=tiled bm=63\n")
     with pytest.raises((SpecError, ValueError)):
         hs.extra_specs("", str(f))
+
+
+def test_main_times_each_shape_after_its_compiles_and_writes_as_it_goes(monkeypatch, tmp_path):
+    """The whole sweep on a machine without a GPU, the card and the timing stood in (the device,
+    the no-GPU exit, the baselines, sweep_shape): the wave specs and the extra file's specs of
+    every backend compile in the workers (NVRTC and Triton for sm_90a), each shape is handed its own
+    compile errors and timed in order, the CSV / JSON hold every timed shape, and a time limit
+    reached stops before the next shape."""
+    import csv
+    import dataclasses
+    import json
+
+    import cudal2.baselines as bl
+    import cudal2.device
+    import cudal2.versions
+    from cudal2.device import DeviceInfo
+    from bench_import import BENCH
+    import sys
+    dev = dataclasses.replace(DeviceInfo.target("sm_90a"), sm_count=132)
+    # the workers unpickle hopper_sweep._compile by module name (on the card it runs as __main__)
+    monkeypatch.setitem(sys.modules, "hopper_sweep", hs)
+    monkeypatch.setenv("CUDAL2_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(bl, "unbuildable", lambda names: {})
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr(cudal2.device, "current", lambda: dev)
+    monkeypatch.setattr(cudal2.versions, "source_commit", lambda: "abc1234")
+    monkeypatch.setattr(cudal2.versions, "collect", lambda: {})
+    seen = []
+
+    def fake_sweep(p, specs, dev_, min_ms, errors):
+        seen.append((p.shape, dict(errors)))
+        return [{"shape": p.shape, "layout": p.layout, "class": "small", "spec": t,
+                 "status": "ok" if (t, p.layout) not in errors else "compile failed", "best_cublas": "torch",
+                 "best_cublas_us": 6.0, "us": 5.0, "spread": 0.01, "vs_best_cublas": 1.2, "tflops": 1.0,
+                 "cluster_ctas": None, "from": src, "baselines_missing": ""} for t, src in specs.items()]
+    monkeypatch.setattr(hs, "sweep_shape", fake_sweep)
+    args = ["--out", str(tmp_path), "--layouts", "nn", "--shapes", "256x256x256,64x512x1024", "--n-cands", "2",
+            "--extra-file", str(BENCH / "small_extra.txt"), "--jobs", "2", "--tag", "t"]
+    assert hs.main(args) == 0
+    assert [s for s, _ in seen] == ["256x256x256", "64x512x1024"]
+    assert all(e == {} for _, e in seen), seen                       # every spec compiled
+    rows = list(csv.DictReader(open(tmp_path / "t_abc1234.csv")))
+    fams = {r["spec"].split("family=")[1].split()[0] for r in rows}
+    assert {"wgmma", "tiled", "mma", "stream"} <= fams                # stream: valid at M = 64 only
+    assert {r["shape"] for r in rows if "family=stream" in r["spec"]} == {"64x512x1024"}
+    doc = json.loads((tmp_path / "t_abc1234.json").read_text())
+    assert doc["summary"]["small/nn"]["shapes"] == 2
+    seen.clear()
+    assert hs.main(args + ["--time-limit", "0"]) == 0 and seen == []   # the box reached before the first
