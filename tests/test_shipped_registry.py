@@ -275,6 +275,20 @@ def test_verify_pending_only_checks_only_the_pending_kernels(tmp_path, monkeypat
     built.clear()
     reg.verify(gpu=True, render=False)
     assert sorted(built) == sorted(e.prob.text for e in mine)
+    # --time-limit: no check starts after it (0: none); those say so and stay pending, nothing fails
+    built.clear()
+    res = reg.verify(gpu=True, render=True, pending_only=True, time_limit=0.0)
+    left = [r for r in res if "checker not run (time limit)" in r.reason]
+    assert not built and all(r.ok and not r.checked for r in res)
+    assert {r.entry for r in left} == {e.key for e in mine if e.check.get("passed") is None}
+    from typer.testing import CliRunner
+    from cudal2.cli import app
+    r = CliRunner().invoke(app, ["registry", "verify", "--registry", str(dest), "--gpu", "--render",
+                                 "--pending-only", "--record", "--time-limit", "0"])
+    assert r.exit_code == 0 and f"{len(pending)} not checked by the GPU checker (--time-limit 0 s): run again" in r.output
+    assert "the GPU checker passed no entry here, nothing recorded" in r.output
+    assert sum(e.check.get("passed") is None for e in Registry.load(dest).all("h100-sm90")
+               if e.backend != "cublas") == len(pending)
 
 
 def test_rerender_asks_the_triton_comparison_once_per_text_spec_and_problem_class(tmp_path, monkeypatch):

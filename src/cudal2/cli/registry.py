@@ -125,7 +125,11 @@ def verify_cmd(registry: Optional[str] = _REG_OPT,
                                            "entries that the GPU checker just passed"),
                pending_only: bool = typer.Option(False, "--pending-only", help="with the GPU checker, re-check "
                                                  "only the pending (re-rendered) entries; the rest are "
-                                                 "hashed (and rendered) only")) -> None:
+                                                 "hashed (and rendered) only"),
+               time_limit: Optional[float] = typer.Option(None, "--time-limit", help="with the GPU checker: start "
+                                                          "no entry's check after this many seconds; the rest "
+                                                          "are named not checked (run again), what passed is "
+                                                          "still --record'ed")) -> None:
     """Re-hash every entry's source (and with a GPU re-run the checker); exit 1 naming any bad one."""
     from .errors import fail
     from ..registry import RegistryError
@@ -135,7 +139,7 @@ def verify_cmd(registry: Optional[str] = _REG_OPT,
              "(--registry DIR), ship that", code=1)
         return
     try:
-        res = reg.verify(gpu=gpu, render=render, pending_only=pending_only)
+        res = reg.verify(gpu=gpu, render=render, pending_only=pending_only, time_limit=time_limit)
     except RegistryError as e:
         fail(str(e))
         return
@@ -150,7 +154,10 @@ def verify_cmd(registry: Optional[str] = _REG_OPT,
     bad = [r for r in res if not r.ok]
     for r in bad:
         typer.echo(f"bad entry {r.entry}: {r.reason}", err=True)
-    typer.echo(f"{len(res) - len(bad)} ok, {len(bad)} bad")
+    from ..registry.upkeep import NOT_RUN
+    left = sum(NOT_RUN in r.reason for r in res)
+    typer.echo(f"{len(res) - len(bad)} ok, {len(bad)} bad"
+               + (f"; {left} not checked by the GPU checker (--time-limit {time_limit:g} s): run again" if left else ""))
     if record:
         _record(reg, res)
     if bad:

@@ -389,8 +389,8 @@ class Registry:
         """upkeep.rerender: new sources for entries whose backend renders their spec otherwise."""
         return upkeep.rerender(self, compare_sass)
 
-    def verify(self, gpu: bool | None = None, render: bool = False,
-               pending_only: bool = False) -> list[upkeep.VerifyResult]:
+    def verify(self, gpu: bool | None = None, render: bool = False, pending_only: bool = False,
+               time_limit: float | None = None) -> list[upkeep.VerifyResult]:
         """upkeep.verify: re-hash, re-render and (on the entry's card) re-check every entry (or
-        only the pending ones)."""
-        return upkeep.verify(self, gpu, render, pending_only)
+        only the pending ones; none started after `time_limit` seconds)."""
+        return upkeep.verify(self, gpu, render, pending_only, time_limit)
