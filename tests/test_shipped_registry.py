@@ -269,7 +269,11 @@ def test_verify_pending_only_checks_only_the_pending_kernels(tmp_path, monkeypat
                         lambda k, p, device="cuda", **kw: types.SimpleNamespace(passed=True, reason=""))
     mine = [e for e in reg.all("h100-sm90") if e.backend != "cublas"]
     pending = {e.prob.text for e in mine if e.check.get("passed") is None}
+    warmed = []       # the compile-ahead pass gets exactly the kernels the checker will build
+    import cudal2.evaluate.warm as warm_mod
+    monkeypatch.setattr(warm_mod, "warm_compiles", lambda pairs, d: warmed.append(sorted(p.text for _, p in pairs)))
     res = reg.verify(gpu=True, render=True, pending_only=True)
+    assert warmed == [sorted(pending)]
     assert all(r.ok for r in res) and sorted(built) == sorted(pending) and 0 < len(pending) < len(mine)
     assert {r.entry for r in res if r.checked} == {e.key for e in mine if e.check.get("passed") is None}
     built.clear()
@@ -277,14 +281,14 @@ def test_verify_pending_only_checks_only_the_pending_kernels(tmp_path, monkeypat
     assert sorted(built) == sorted(e.prob.text for e in mine)
     # --time-limit: no check starts after it (0: none); those say so and stay pending, nothing fails
     built.clear()
-    res = reg.verify(gpu=True, render=True, pending_only=True, time_limit=0.0)
+    res = reg.verify(gpu=True, render=True, pending_only=True, time_limit=0.0, warm=False)
     left = [r for r in res if "checker not run (time limit)" in r.reason]
     assert not built and all(r.ok and not r.checked for r in res)
     assert {r.entry for r in left} == {e.key for e in mine if e.check.get("passed") is None}
     from typer.testing import CliRunner
     from cudal2.cli import app
     r = CliRunner().invoke(app, ["registry", "verify", "--registry", str(dest), "--gpu", "--render",
-                                 "--pending-only", "--record", "--time-limit", "0"])
+                                 "--pending-only", "--record", "--time-limit", "0", "--no-warm"])
     assert r.exit_code == 0 and f"{len(pending)} not checked by the GPU checker (--time-limit 0 s): run again" in r.output
     assert "the GPU checker passed no entry here, nothing recorded" in r.output
     assert sum(e.check.get("passed") is None for e in Registry.load(dest).all("h100-sm90")

@@ -129,7 +129,9 @@ def verify_cmd(registry: Optional[str] = _REG_OPT,
                time_limit: Optional[float] = typer.Option(None, "--time-limit", help="with the GPU checker: start "
                                                           "no entry's check after this many seconds; the rest "
                                                           "are named not checked (run again), what passed is "
-                                                          "still --record'ed")) -> None:
+                                                          "still --record'ed"),
+               warm: bool = typer.Option(True, "--warm/--no-warm", help="with the GPU checker: compile the "
+                                         "kernels to check first, in parallel CPU processes")) -> None:
     """Re-hash every entry's source (and with a GPU re-run the checker); exit 1 naming any bad one."""
     from .errors import fail
     from ..registry import RegistryError
@@ -139,7 +141,7 @@ def verify_cmd(registry: Optional[str] = _REG_OPT,
              "(--registry DIR), ship that", code=1)
         return
     try:
-        res = reg.verify(gpu=gpu, render=render, pending_only=pending_only, time_limit=time_limit)
+        res = reg.verify(gpu=gpu, render=render, pending_only=pending_only, time_limit=time_limit, warm=warm)
     except RegistryError as e:
         fail(str(e))
         return

@@ -390,7 +390,7 @@ class Registry:
         return upkeep.rerender(self, compare_sass)
 
     def verify(self, gpu: bool | None = None, render: bool = False, pending_only: bool = False,
-               time_limit: float | None = None) -> list[upkeep.VerifyResult]:
+               time_limit: float | None = None, warm: bool = True) -> list[upkeep.VerifyResult]:
         """upkeep.verify: re-hash, re-render and (on the entry's card) re-check every entry (or
-        only the pending ones; none started after `time_limit` seconds)."""
-        return upkeep.verify(self, gpu, render, pending_only, time_limit)
+        only the pending ones; none started after `time_limit` seconds; compiled ahead if `warm`)."""
+        return upkeep.verify(self, gpu, render, pending_only, time_limit, warm)
