@@ -291,7 +291,9 @@ def main(argv=None) -> int:
             "cluster_ctas": dev.cluster_ctas}
     rows: list[dict] = []
     n_failed = 0
-    ex = ProcessPoolExecutor(args.jobs)
+    # niced as the search's compile-ahead pool is (cudal2.evaluate.procs): the shapes are timed
+    # while the later ones compile, and the timing process's launches come first
+    ex = ProcessPoolExecutor(args.jobs, initializer=os.nice, initargs=(10,))
     try:
         for i, (p, errors) in enumerate(compiled_in_order(problems, specs, dev.to_dict(), ex)):
             if time.monotonic() - t0 > args.time_limit:

@@ -154,12 +154,11 @@ def verify(reg, gpu: bool | None = None, render: bool = False, pending_only: boo
             if render or (dev_info is not None and dev_info.key == e.device):
                 check_render(e, spec)     # read_source above proved text hashes to e.sha256
                 note += ", render ok"
-            if dev_info is not None and dev_info.key == e.device \
-                    and not (pending_only and e.check.get("passed") is not None) \
-                    and time_limit is not None and time.monotonic() - t0 > time_limit:
+            to_check = dev_info is not None and dev_info.key == e.device \
+                and not (pending_only and e.check.get("passed") is not None)
+            if to_check and time_limit is not None and time.monotonic() - t0 > time_limit:
                 note += ", " + NOT_RUN
-            elif dev_info is not None and dev_info.key == e.device \
-                    and not (pending_only and e.check.get("passed") is not None):
+            elif to_check:
                 from ..backends import build_kernel
                 from ..check import check_kernel
                 kern = build_kernel(spec, e.prob, dev_info)
