@@ -75,7 +75,7 @@ def transfer_cmd(
                     registry=str(scratch), spec=None, csv_path=None, json_path=json_path, plot=None,
                     min_calls=30, min_ms=min_ms, server_calls=server_calls, gap_ms=2.0, tune_calls=5,
                     eager_calls=200, eager_ms=20.0, seed=0, retune=False, remeasure=False, table=False,
-                    resume=True)
+                    resume=True, warm=True)
     try:
         filed, skipped = transfer.file_winners(str(target.root), str(source.root), from_key, load_json(json_path),
                                                margin, guard, dry_run)
