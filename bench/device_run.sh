@@ -4,7 +4,7 @@
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS]
-# small-sweep[:NN_S[:NT_S]] next.
+# small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] next.
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -24,17 +24,35 @@ recheck() {
 # torch.matmul (bench/h100_small_nn.txt / _nt.txt, worst first; run 134 swept the first 41 of 125):
 # bench/sweep_file.sh per layout (the wave model's specs and bench/small_extra.txt's Triton tiled /
 # mma / stream specs, the leads searched and filed in run/registry), then one run.tgz of the whole run/ (adopt it with bench/adopt_runpack.py).
-# Files: nn/ and nt/ (the sweep's CSV / JSON, logs.tgz), run.tgz.
+# Files: nn/ and nt/ (the sweep's CSV / JSON, logs.tgz), run.tgz. A layout given 0 s is skipped.
 small_sweep() {
   local lay secs
   for lay in nn nt; do
     secs=$1; [ $lay = nt ] && secs=$2
+    [ "$secs" -gt 0 ] || continue
     mkdir -p "$OUT/$lay"
     OUT="$OUT/$lay" bash bench/sweep_file.sh h100_small_$lay $lay "$secs" $((secs * 3 / 4)) 1 small_extra 2>&1 \
       | grep -v "^-r\|^d\|^total\|^│\|^└\|^┃\|^┏\|^┡" | tail -12
     rm -f "$OUT/$lay"/run.tgz*
   done
   tar czf "$OUT/run.tgz" run
+}
+
+# transfer_new SECONDS: the H200's own search winners this card does not file with the same spec
+# (2026-12-06, on the H100: 268 = 214 shapes with no entry, 41 cuBLAS entries, 13 another kernel;
+# 113 of them never timed there, 54 small nn, filed on the H200 after runs 84-85), timed here offline
+# and in server mode beside the baselines and filed where they win (`cudal2 registry transfer
+# --searched-only`, ~0.6-0.9 s a shape on an H100, runs 84-85) on an export, /tmp/xreg. Files:
+# transfer.txt, xfer_new.json.gz (the compare; cut short, carry it back as run/xfer_new.json and
+# the next call resumes it), index_transfer.json.gz (copy it over src/cudal2/registry/index.json
+# after checking that only this card's entries moved; the sources are the H200's, in the tree).
+transfer_new() {
+  rm -rf /tmp/xreg && cudal2 registry export /tmp/xreg >/dev/null && mkdir -p run
+  timeout "$1" cudal2 registry transfer --from h200-sm90 --registry /tmp/xreg --json run/xfer_new.json \
+    --searched-only >"$OUT/transfer.txt" 2>&1
+  tail -8 "$OUT/transfer.txt"
+  gzip -c run/xfer_new.json >"$OUT/xfer_new.json.gz" 2>/dev/null
+  gzip -c /tmp/xreg/index.json >"$OUT/index_transfer.json.gz"
 }
 
 for stage in "$@"; do
@@ -195,15 +213,20 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
     small-sweep|small-sweep:*)
       # small-sweep[:NN_S[:NT_S]] (defaults 120, 80): issue 20's coverage pass on an H100 (small_sweep above)
       IFS=: read -r _ s_nn s_nt <<<"$stage"; small_sweep "${s_nn:-120}" "${s_nt:-80}" ;;
+    transfer|transfer:*)
+      # transfer[:SECONDS] (default 300): transfer_new above
+      secs=300; [ "$stage" != transfer ] && secs=${stage#transfer:}; transfer_new "$secs" ;;
     next)
-      # The first call of the next card session (rewritten 2026-12-06 15:10, CPU), by card, ~520 s at
+      # The first call of the next card session (rewritten 2026-12-06 16:00, CPU), by card, ~520 s at
       # most. On an H200: the PDL GPU tests (mma / stream / Triton tiled: checker, chains, graphs;
       # run 131 passed them on an H100), then the full checker over the H200's 741 entries
       # re-rendered for PDL (556 wgmma, 81 mma / stream, 104 tiled), recorded on an export
       # (index_rechecked.json.gz: copy it over src/cudal2/registry/index.json after checking that
       # only check fields moved; --time-limit ends the checks in time to record what passed, and the
-      # summary line counts what is left for the next call). On an H100 (nothing pending there since run 134): the small-class
-      # coverage pass (small-sweep, above).
+      # summary line counts what is left for the next call). On an H100 (nothing pending there since
+      # run 134): the H200's winners it never filed (transfer, above: the cheapest new kernels,
+      # ~0.9 s a shape against the sweep's ~5), then the nn half of the small coverage pass
+      # (small_sweep; its nt half and bench/h100_skinny_nt.txt in a later call).
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         ntests="tests/test_pdl_families_gpu.py tests/test_backends_gpu.py::test_mma_split_k_is_deterministic_and_stream_safe"
         timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 50 -rfE $ntests \
@@ -212,7 +235,10 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         timeout 440 cudal2 registry verify --gpu --render --record --pending-only --time-limit 380 --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
         tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
       else
-        small_sweep 150 90
+        transfer_new 280
+        # the sweep's search files into an export of the tree's registry: the transfer's filings first
+        cp /tmp/xreg/index.json src/cudal2/registry/index.json
+        small_sweep 100 0
       fi ;;
     *)
       echo "unknown stage $stage" ;;
