@@ -57,14 +57,12 @@ def _compile(args):
     """Worker: compile one spec with its own backend (the binary lands in the shared disk cache:
     NVRTC's for CUDA, Triton's for a Triton extra)."""
     text, shape, layout, dev_dict = args
-    from cudal2.backends import get_backend
     from cudal2.device import DeviceInfo
+    from cudal2.evaluate.procs import backend_compile
     from cudal2.problems import Problem
     from cudal2.spec import KernelSpec
     try:
-        p = Problem.parse(shape, layout)
-        spec = KernelSpec.parse(text)
-        get_backend(spec.backend).compile(spec, p, DeviceInfo.from_dict(dev_dict))
+        backend_compile(KernelSpec.parse(text), Problem.parse(shape, layout), DeviceInfo.from_dict(dev_dict))
         return text, layout, None
     except Exception as e:                                   # reported per row, not fatal
         return text, layout, (str(e).splitlines() or [type(e).__name__])[0][:200]

@@ -18,14 +18,14 @@ contract), and fp32 atomics would need an fp32 copy of C, zeroed per call, plus 
 the same two passes as the workspace with the nondeterminism added. The workspace is allocated once
 per device and stream and grown on demand (see `workspace`), so a launch allocates nothing.
 
-PDL (programmatic dependent launch; sm_90+, compiled; an experiment, off unless the backend is
-asked: backends/triton_families.py's PDL_BY_DEFAULT, load's pdl; it sets the PDL constexpr and
-Triton's `launch_pdl` option together): both kernels wait for the grids before them in the stream
-(gdc_wait: complete, their writes visible) before any load or store, and are launched with
-programmatic stream serialization, so a launch overlaps the previous kernel's tail where no event
-sits between calls. No trigger: dependents launch as the grid exits, as in the CUDA families
-(kernels_cuda/pdl.cuh; H100 2026-12-06: 1.37x best-cublas on the graph clock over the 27 filed mma
-/ stream kernels where the build without ran 1.19x).
+PDL (programmatic dependent launch; sm_90+, compiled; on where the rendered text's footer says so,
+backends/triton_families.py's PDL_BY_DEFAULT and PDL_LINE, or as load's pdl asks; the backend sets
+the PDL constexpr and Triton's `launch_pdl` option together): both kernels wait for the grids
+before them in the stream (gdc_wait: complete, their writes visible) before any load or store, and
+are launched with programmatic stream serialization, so a launch overlaps the previous kernel's
+tail where no event sits between calls. No trigger: dependents launch as the grid exits, as in the
+CUDA families (kernels_cuda/pdl.cuh). H100 2026-12-06 (run 131): 1.23x best-cublas on the graph
+clock over the 13 filed tiled kernels where the build without ran 1.07x.
 """
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ def _worker() -> None:
     cases = [("tiled", "family=tiled bm=32 bn=32 bk=16 warps=2 stages=2 group_m=4", [(100, 17, 300), (1, 48, 64)]),
              ("tiled-sk2", "family=tiled bm=32 bn=32 bk=16 warps=2 stages=2 split_k=2", [(17, 100, 40), (64, 64, 64)]),
              ("persistent", "family=persistent bm=64 bn=64 bk=32 warps=4 stages=2 subtile=2", [(100, 48, 72), (1, 64, 64)]),
-             # PDL (an experiment, off by default: load(..., pdl=True)), both tiled launch shapes
+             # PDL (load(..., pdl=True); the default where the text asks), both tiled launch shapes
              ("tiled-pdl", "family=tiled bm=32 bn=32 bk=16 warps=2 stages=2 group_m=4", [(100, 17, 300), (1, 48, 64)]),
              ("tiled-sk2-pdl", "family=tiled bm=32 bn=32 bk=16 warps=2 stages=2 split_k=2", [(17, 100, 40), (64, 64, 64)])]
     for name, text, shapes in cases:

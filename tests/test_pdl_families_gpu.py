@@ -1,5 +1,5 @@
 """PDL in the mma and stream families (kernels_cuda/pdl.cuh, 1 by default since 2026-12-06) and the
-Triton tiled family (kernels_triton/tiled.py, loaded with pdl=True: an experiment) on a GPU: the
+Triton tiled family (kernels_triton/tiled.py, loaded with pdl=True, its default since run 131) on a GPU: the
 PDL build says so (the module symbol; the Triton kernel's `pdl`), passes the full checker in both
 layouts, and still sees every write of the kernels before it in the stream (torch's, its own, and
 inside a CUDA graph), the split-K reduction launch included; Triton's direct launch (a size's calls
@@ -57,7 +57,7 @@ TRITON = ["family=tiled bm=64 bn=64 bk=32 warps=4 stages=3 group_m=8",
 def _triton(dev, text: str, p: Problem):
     from cudal2.backends import triton as tb
     spec = validate(KernelSpec.parse(f"backend=triton {text}"), p, dev)
-    k = tb.load(tb.compile(spec, p, dev), pdl=True)      # an experiment: off by default (PDL_BY_DEFAULT)
+    k = tb.load(tb.compile(spec, p, dev), pdl=True)      # asked for (on by default since run 131 where supported)
     assert k.pdl
     return k
 

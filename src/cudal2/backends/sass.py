@@ -6,8 +6,8 @@ entry to the very kernel that was checked and timed.
 same SASS as the filed one, the filed check and timings are still the kernel's own (114 of the 118
 shipped wgmma entries then; the other 4 differed by register names in the epilogue's addressing).
 Triton entries the same way (`same_triton_machine_code`): the kernels a stored text and its new
-rendering compile to for the entry's problem, as loaded by default (tiled.py's PDL constexpr,
-added 2026-12-06 and off by default, leaves them as they were).
+rendering compile to for the entry's problem, each loaded as its footer says (PDL: a text rendered
+with the default on loads with it, one from before does not, so the flip reads as other SASS).
 cuobjdump comes from the CUDA toolkit on PATH or the copy the triton wheel ships.
 """
 from __future__ import annotations
