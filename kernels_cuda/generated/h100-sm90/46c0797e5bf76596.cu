@@ -1,20 +1,19 @@
-// cudal2 backend=cuda family=wgmma bm=64 bn=64 bk=64 warps=8 stages=13 group_m=8 split_k=1 subtile=1 warp_spec=1 cluster=1 layout=nn
+// cudal2 backend=cuda family=wgmma bm=64 bn=64 bk=64 warps=8 stages=13 group_m=8 split_k=8 subtile=1 warp_spec=1 cluster=1 layout=nt
 #define BM 64
 #define BN 64
 #define BK 64
 #define WARPS 8
 #define STAGES 13
 #define GROUP_M 8
-#define SPLIT_K 1
+#define SPLIT_K 8
 #define CLUSTER 1
-#define LAYOUT_NT 0
+#define LAYOUT_NT 1
 #define CONSUMERS 1
 #define PINGPONG 0
 #define LITE 0
 #define SUBTILE 1
 #define EPI_COLS 64
 #define MC_A 0
-#define NN_COLS 64
 // cudal2 CUDA kernels: shared header-free helpers (NVRTC compiles these without any CUDA header,
 // so the CPU-only CI machine needs nothing but the nvrtc wheel).
 #pragma once
