@@ -46,10 +46,14 @@ small_sweep() {
 # transfer.txt, xfer_new.json.gz (the compare; cut short, carry it back as run/xfer_new.json and
 # the next call resumes it), index_transfer.json.gz (copy it over src/cudal2/registry/index.json
 # after checking that only this card's entries moved; the sources are the H200's, in the tree).
+# --time-limit, not the timeout, ends it: run 135 (2026-12-06, H100) was killed by `timeout 280`
+# after timing 217 of 268 shapes, before it filed any (run 136 resumed the rows and filed 95);
+# the time limit stops the compare ~30 s early and files the winners among the shapes timed.
 transfer_new() {
   rm -rf /tmp/xreg && cudal2 registry export /tmp/xreg >/dev/null && mkdir -p run
-  timeout "$1" cudal2 registry transfer --from h200-sm90 --registry /tmp/xreg --json run/xfer_new.json \
-    --searched-only >"$OUT/transfer.txt" 2>&1
+  [ -f .runpack/xfer_new.json ] && [ ! -f run/xfer_new.json ] && cp .runpack/xfer_new.json run/
+  timeout $(($1 + 30)) cudal2 registry transfer --from h200-sm90 --registry /tmp/xreg --json run/xfer_new.json \
+    --searched-only --time-limit $(($1 - 30)) >"$OUT/transfer.txt" 2>&1
   tail -8 "$OUT/transfer.txt"
   gzip -c run/xfer_new.json >"$OUT/xfer_new.json.gz" 2>/dev/null
   gzip -c /tmp/xreg/index.json >"$OUT/index_transfer.json.gz"
@@ -206,9 +210,12 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # rows come in, so a later call with the same JSON (carry it back into run/) goes on.
       IFS=: read -r _ gshapes glay gsecs <<<"$stage"
       gname=$(basename "$gshapes" .txt | tr -c 'A-Za-z0-9_\n-' _)
-      mkdir -p run && gjson="run/graph_${gname}_${glay}.json"
-      timeout "${gsecs:-420}" cudal2 compare --shapes "$gshapes" --layout "$glay" --mode offline,graph \
-        --registry src/cudal2/registry --min-ms 15 --eager-ms 2 --no-table --json "$gjson" --resume 2>&1 | tail -12
+      # --time-limit ends it with the summary printed (run 136, H100: 152 small nn shapes in ~300 s).
+      mkdir -p run && gjson="run/graph_${gname}_${glay}.json" && gsecs=${gsecs:-420}
+      [ -f ".runpack/$(basename "$gjson")" ] && [ ! -f "$gjson" ] && cp ".runpack/$(basename "$gjson")" run/
+      timeout $((gsecs + 30)) cudal2 compare --shapes "$gshapes" --layout "$glay" --mode offline,graph \
+        --registry src/cudal2/registry --min-ms 15 --eager-ms 2 --no-table --json "$gjson" --resume \
+        --time-limit $((gsecs - 20)) 2>&1 | tail -12
       gzip -c "$gjson" >"$OUT/$(basename "$gjson").gz" ;;
     small-sweep|small-sweep:*)
       # small-sweep[:NN_S[:NT_S]] (defaults 120, 80): issue 20's coverage pass on an H100 (small_sweep above)
@@ -217,16 +224,14 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # transfer[:SECONDS] (default 300): transfer_new above
       secs=300; [ "$stage" != transfer ] && secs=${stage#transfer:}; transfer_new "$secs" ;;
     next)
-      # The first call of the next card session (rewritten 2026-12-06 16:00, CPU), by card, ~520 s at
+      # The first call of the next card session (rewritten 2026-12-06 17:30, CPU), by card, ~520 s at
       # most. On an H200: the PDL GPU tests (mma / stream / Triton tiled: checker, chains, graphs;
       # run 131 passed them on an H100), then the full checker over the H200's 741 entries
       # re-rendered for PDL (556 wgmma, 81 mma / stream, 104 tiled), recorded on an export
       # (index_rechecked.json.gz: copy it over src/cudal2/registry/index.json after checking that
       # only check fields moved; --time-limit ends the checks in time to record what passed, and the
       # summary line counts what is left for the next call). On an H100 (nothing pending there since
-      # run 134): the H200's winners it never filed (transfer, above: the cheapest new kernels,
-      # ~0.9 s a shape against the sweep's ~5), then the nn half of the small coverage pass
-      # (small_sweep; its nt half and bench/h100_skinny_nt.txt in a later call).
+      # run 138): the small nt and skinny nt classes as dispatched, both clocks (the graph stage).
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         ntests="tests/test_pdl_families_gpu.py tests/test_backends_gpu.py::test_mma_split_k_is_deterministic_and_stream_safe"
         timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 50 -rfE $ntests \
@@ -235,10 +240,10 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         timeout 440 cudal2 registry verify --gpu --render --record --pending-only --time-limit 380 --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
         tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
       else
-        transfer_new 280
-        # the sweep's search files into an export of the tree's registry: the transfer's filings first
-        cp /tmp/xreg/index.json src/cudal2/registry/index.json
-        small_sweep 100 0
+        # runs 135-139 (2026-12-06 evening) ran the transfer through (267 timed, 94 filed), the small
+        # sweep (16 nn, 27 nt) and the skinny nt sweep (54): the small nt and skinny nt classes as
+        # dispatched now (run 132 before: small nt 1.159 / 1.046, skinny nt 0.985 / 0.987)
+        bash "$0" graph:bench/graph_small_nt.txt:nt:300 graph:bench/graph_skinny.txt:nt:180
       fi ;;
     *)
       echo "unknown stage $stage" ;;

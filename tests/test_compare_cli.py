@@ -129,6 +129,7 @@ def test_torch_baseline_and_validation_on_cpu():
     (["--spec", "nonsense"], "key=value"),
     (["--shapes", "grid:0"], "grid:N"),
     (["--plot", "x.txt"], "--plot"),
+    (["--time-limit", "0"], "--time-limit"),
 ])
 def test_argument_errors_are_one_line(args, needle):
     res = CliRunner().invoke(app, ["compare", *args])
@@ -186,6 +187,36 @@ def test_measure_shape_pipeline_on_cpu(monkeypatch, tmp_path):
          report.MODES)
     assert report.read_csv(tmp_path / "c.csv")[0] == [row]
     assert (tmp_path / "c_server_dist.png").stat().st_size > 0
+
+
+def test_run_stops_at_the_deadline(monkeypatch):
+    """compare's --time-limit: no shape starts after the deadline, each shape timed before it reaches
+    on_row (what --json saves for --resume), and the shapes past it are left out of the rows. The
+    clock is a stub: each shape "takes" 10 s."""
+    from cudal2 import timing
+    from cudal2.cli import compare
+    now = [100.0]
+    timed = []
+
+    def fake_measure(p, *a, **k):
+        timed.append(p)
+        now[0] += 10.0
+        return {"M": p.M, "N": p.N, "K": p.K, "layout": p.layout}
+
+    monkeypatch.setattr(compare.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(compare, "measure_shape", fake_measure)
+    monkeypatch.setattr(compare, "summaries", lambda rows, modes, names: {"n": len(rows)})
+    monkeypatch.setattr(timing, "get_peak", lambda force=False: timing.Peak(device="cpu", flops=1e12, bw=1e11,
+                                                                            launch_us=1.0))
+    probs = [Problem(64 * i, 64, 64, "nn") for i in range(1, 6)]
+    seen = []
+    cfg = compare.Config()
+    rows, summ, _ = compare.run(probs, ("torch",), ("offline",), cfg, progress=False, on_row=seen.append,
+                                deadline=125.0)
+    # shapes start at t = 100, 110, 120 (all before 125); the fourth would start at 130
+    assert timed == probs[:3] and len(rows) == len(seen) == 3 and summ == {"n": 3}
+    rows, _, _ = compare.run(probs, ("torch",), ("offline",), cfg, progress=False, deadline=None)
+    assert len(rows) == 5
 
 
 # ---- the cuBLAS / cuBLASLt argument mapping, against an emulation of their column-major contract ----

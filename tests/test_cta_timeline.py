@@ -284,6 +284,8 @@ def test_the_probe_stage_names_what_exists(stage, at_least):
     # a quoted list assigned to a variable (next's ntests="...") counts word by word
     words = [w.rpartition("=")[2] for w in shlex.split(probe.replace("\\\n", " "), comments=True)
              for w in w.split()]
+    # a stage word such as graph:bench/graph_small_nt.txt:nt:300 names its shapes file second
+    words += [w.split(":")[1] for w in words if w.startswith("graph:")]
     paths = [w for w in words if w.startswith(("tests/", "bench/"))]
     assert len(paths) >= at_least
     for w in paths:

@@ -12,6 +12,7 @@ stream (capture cannot use the legacy default stream). The measuring is cli/comp
 """
 from __future__ import annotations
 
+import time
 from typing import Callable, Optional
 
 import typer
@@ -158,6 +159,9 @@ def compare_cmd(
     warm: bool = typer.Option(True, "--warm/--no-warm", help="with --registry or --spec: compile the kernels "
                               "of the shapes to time first, in parallel CPU processes, so no shape's build "
                               "compiles on the GPU's clock"),
+    time_limit: Optional[float] = typer.Option(
+        None, "--time-limit", help="seconds; time no new shape after that (with --json the rows so far are "
+        "saved: --resume goes on)"),
 ) -> None:
     """Time cudal2's kernel (or none) beside torch, cuBLAS and cuBLASLt; print and save the figures."""
     from .errors import UserError, fail
@@ -181,6 +185,8 @@ def compare_cmd(
             raise UserError("--min-calls, --server-calls and --tune-calls must be >= 1; --min-ms, --gap-ms >= 0")
         if resume and not json_path:
             raise UserError("--resume goes on from a compare's --json file: give --json")
+        if time_limit is not None and time_limit <= 0:
+            raise UserError(f"--time-limit must be > 0 seconds (got {time_limit})")
     except (UserError, ProblemError, SpecError) as e:
         fail(str(e))
         return
@@ -199,6 +205,7 @@ def compare_cmd(
     except Exception as e:
         fail(str(e).splitlines()[0])
         return
+    deadline = time.monotonic() + time_limit if time_limit else None   # the compile ahead counts
     from .compare_resume import RowSink, resume_state
     source = "registry" if registry is not None else ("spec" if spec is not None else "none")
     kept, todo, runs = [], problems, []
@@ -213,7 +220,7 @@ def compare_cmd(
     sink = RowSink(problems, kept, runs, json_path, modes, names, summaries)
     try:
         run(todo, names, modes, cfg, kernel_for, remeasure=remeasure, strict=strict, on_row=sink.add,
-            meta_extra={"kernel_source": source}, meta_first=sink.run_meta)
+            meta_extra={"kernel_source": source}, meta_first=sink.run_meta, deadline=deadline)
     except bl.BaselineUnavailable as e:
         fail(str(e))
         return
@@ -227,6 +234,9 @@ def compare_cmd(
     for line in summary_lines(summ):
         con.print(line)
     save(rows, summ, meta, csv_path, json_path, plot, modes)
+    if (left := len(problems) - len(rows)) > 0:
+        con.print(f"--time-limit {time_limit:g} s: {left} of {len(problems)} shapes not timed"
+                  + (f"; run again with --resume --json {json_path}" if json_path else ""))
 
 
 def _warm(todo, spec_text, registry, device) -> None:
@@ -246,10 +256,12 @@ def _warm(todo, spec_text, registry, device) -> None:
 
 
 def run(problems, names, modes, cfg: Config, kernel_for=None, *, remeasure=False, on_row=None,
-        progress=True, strict=False, meta_extra: dict | None = None, meta_first: dict | None = None):
+        progress=True, strict=False, meta_extra: dict | None = None, meta_first: dict | None = None,
+        deadline: float | None = None):
     """All shapes, with a rich progress bar; returns rows, summaries and meta (versions, config, peak).
     `meta_extra` joins the config; `meta_first`, a dict, is filled with the meta before the first
-    shape is timed (what `on_row` may save beside the rows so far)."""
+    shape is timed (what `on_row` may save beside the rows so far). `deadline` (time.monotonic()):
+    no shape starts after it; the rows are those timed."""
     from dataclasses import asdict
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -267,6 +279,8 @@ def run(problems, names, modes, cfg: Config, kernel_for=None, *, remeasure=False
                   disable=not progress) as bar:
         task = bar.add_task("compare", total=len(problems))
         for p in problems:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
             bar.update(task, description=f"compare {p}")
             row = measure_shape(p, names, cfg, modes, peak, kernel_for, strict=strict)
             rows.append(row)

@@ -37,6 +37,9 @@ def transfer_cmd(
     searched_only: bool = typer.Option(False, "--searched-only", help="only the source card's own search "
                                        "winners: leave out its entries that came to it by a transfer, and "
                                        "kernels --registry already files here at the same problem"),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", help="seconds; time no new shape after "
+                                               "that and file the winners among those timed (the same "
+                                               "command again goes on from --json)"),
 ) -> None:
     """Time another card's kernels on this card and file those that win here."""
     from .errors import fail
@@ -44,6 +47,8 @@ def transfer_cmd(
     from ..registry import Registry, RegistryError
     from ..registry import transfer
     from ..report import load_json
+    if time_limit is not None and time_limit <= 0:
+        fail(f"--time-limit must be > 0 seconds (got {time_limit})")
     try:
         target = Registry.load(registry)
         if target.shipped:
@@ -75,7 +80,7 @@ def transfer_cmd(
                     registry=str(scratch), spec=None, csv_path=None, json_path=json_path, plot=None,
                     min_calls=30, min_ms=min_ms, server_calls=server_calls, gap_ms=2.0, tune_calls=5,
                     eager_calls=200, eager_ms=20.0, seed=0, retune=False, remeasure=False, table=False,
-                    resume=True, warm=True)
+                    resume=True, warm=True, time_limit=time_limit)
     try:
         filed, skipped = transfer.file_winners(str(target.root), str(source.root), from_key, load_json(json_path),
                                                margin, guard, dry_run)
