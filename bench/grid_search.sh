@@ -121,6 +121,13 @@ elif [ ! -f run/grid.db ]; then
     [ -f $G/${s}_store.db.gz ] && gunzip -c $G/${s}_store.db.gz >run/$s.db
   done
 fi
+# A run/ this call did not build (a carried pack, or the previous call's on a warm card) has its own
+# filings and lacks the tree's since: join the tree's registry in, so adopting this call's pack
+# keeps both (run 137, 2026-12-06, H100: a warm card's run/registry from run 135 lacked run 136's
+# 95 transferred entries). cudal2.registry.merge has the rule; nothing is removed.
+if [ -n "$held" ] && [ -d run/registry ]; then
+  cudal2 registry merge shipped --registry run/registry | tail -1
+fi
 echo "$key" >run/.card
 # cuBLASLt autotune's choices (baselines.py's on-disk cache) travel in run/ too: the registry's
 # cuBLAS entries record the algorithm that won, so dispatch can run the same one.

@@ -78,7 +78,7 @@ def test_cli_examples_run(workdir):
         if "--replay" in cmd and "--cost-model" not in cmd:
             replay_err = r.stderr
     outs = dict(ran)
-    assert len(ran) == 14
+    assert len(ran) == 15
     interp = next(o for c, o in ran if "--interpret" in c)
     assert interp.count("PASS") == 6
     replay = next(o for c, o in ran if "--replay" in c)
@@ -110,6 +110,10 @@ def test_cli_examples_run(workdir):
     m = re.search(r"h100-sm90: would file (\d+) cuBLAS entries \(torch (\d+)\); (\d+) shapes left alone", filed)
     # every one calls torch.matmul; with the shapes that hold an entry, the compare's 1000
     assert m and m[1] == m[2] and int(m[1]) + int(m[3]) == 1000 and int(m[1]) > 500, filed
+    # the README's sequence re-filed nothing in runs/my-registry since its export (add-timings and
+    # file-cublas ran on the shipped one or dry), so joining the shipped one back moves nothing
+    merged = next(o for c, o in ran if c.startswith("cudal2 registry merge"))
+    assert "would merge into runs/my-registry: 0 added, 0 replaced, 0 kept" in merged, merged
     probs = outs["cudal2 problems --hf-config config.json --tokens 1,16,128,2048"].split()
     assert "1x1024x1024:nt" in probs and "2048x8192x1024:nt" in probs
 

@@ -385,5 +385,7 @@ def register(app) -> None:
     reg_app.command("transfer")(transfer_cmd)
     from .file_cublas import file_cublas_cmd
     reg_app.command("file-cublas")(file_cublas_cmd)
+    from .merge import merge_cmd
+    reg_app.command("merge")(merge_cmd)
     app.add_typer(reg_app, name="registry")
     app.command("problems")(problems_cmd)
