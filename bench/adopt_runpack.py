@@ -7,7 +7,10 @@ over 15 MB, since a file over 16 MiB does not come back from a device call): nam
 missing run.tgz or any part, and the parts are read in order as one pack.
 
 What it writes (the committed state `grid_search.sh` rebuilds run/ from on the next card):
-  * the pack's registry becomes the shipped one: src/cudal2/registry/index.json, and
+  * the pack's registry, with the tree's entries merged in (cudal2.registry.merge: the tree may
+    have filed since the pack's registry was exported, e.g. a transfer adopted between two calls
+    on one warm card, 2026-12-06 runs 136-137; --replace: the pack's registry as it came), becomes
+    the shipped one: src/cudal2/registry/index.json, and
     kernels_<backend>/generated/ holds exactly the sources its entries name, over every device (new
     ones copied, ones no entry names any more removed);
   * the stores and the policy checkpoints, gzipped (mtime 0, so an unchanged store is an unchanged
@@ -31,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 from cudal2.registry.index import Registry  # noqa: E402
+from cudal2.registry.merge import merge  # noqa: E402
 
 # run/<name> -> the committed file it becomes (gzipped); grid_search.sh's recipe reads these names.
 STORES = {"grid.db": "grid_store.db.gz", "grid_nn2.db": "grid_nn2_store.db.gz",
@@ -101,6 +105,25 @@ def sync_sources(reg: Registry, dry: bool, root: Path = REPO) -> list[str]:
     return log
 
 
+def merge_tree(root: Path, pack_registry: Path, tmp: Path) -> str | None:
+    """Join the tree's registry (root's index and kernels_*/generated) into the pack's, in place;
+    Returns merge's count line, None if the tree has no index yet or nothing of it was taken."""
+    index = root / "src" / "cudal2" / "registry" / "index.json"
+    if not index.is_file():
+        return None
+    tree = tmp / "tree-registry"        # the tree's registry laid out as an export: its sources by link
+    tree.mkdir()
+    shutil.copyfile(index, tree / "index.json")
+    for b in ("cuda", "triton"):
+        if (root / f"kernels_{b}").is_dir():
+            (tree / f"kernels_{b}").symlink_to((root / f"kernels_{b}").resolve())
+    res = merge(pack_registry, tree)
+    if not (res.added or res.replaced):
+        return None
+    return (f"merge the tree's registry into the pack's: {len(res.added)} added, {len(res.replaced)} "
+            f"replaced, {len(res.kept)} kept the pack's")
+
+
 def pack_parts(path: Path) -> list[Path]:
     """The file(s) a pack is: PATH itself, or the run.tgz.part-* beside it (PATH a folder, a run.tgz
     that came back in parts, or one of the parts), in split's order. [] if there is neither."""
@@ -120,6 +143,8 @@ def main(argv=None) -> int:
                     "the card the pack's run/.card names, else h200-sm90, whose packs predate it)")
     ap.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
     ap.add_argument("--root", type=Path, default=REPO, help="the repo to write into (default: this one)")
+    ap.add_argument("--replace", action="store_true", help="the pack's registry replaces the tree's whole "
+                    "(default: the tree's entries are merged into it first, by cudal2.registry.merge's rule)")
     args = ap.parse_args(argv)
     root = args.root
     parts = pack_parts(args.pack)
@@ -147,11 +172,15 @@ def main(argv=None) -> int:
             return 2
         device = args.device or card or "h200-sm90"
         out_dir = root / "bench" / "results" / device / "grid_search"
+        if not args.replace:
+            log_merge = merge_tree(root, run / "registry", tmp)
         reg = Registry.load(run / "registry")
         if reg.bad:
             print(f"the pack's registry refuses {len(reg.bad)} entries: {reg.bad[:3]}", file=sys.stderr)
             return 2
         log = sync_sources(reg, args.dry_run, root)
+        if not args.replace and log_merge:
+            log.insert(0, log_merge)
         index = root / "src" / "cudal2" / "registry" / "index.json"
         text = reg.to_json()
         if not index.is_file() or index.read_text() != text:
@@ -162,6 +191,10 @@ def main(argv=None) -> int:
         if not args.dry_run:
             out_dir.mkdir(parents=True, exist_ok=True)
         for name, dest in STORES.items():
+            # an empty file is a compare that timed nothing (sweep_file.sh's last step with its
+            # time box spent, runs 134-139): no rows to keep, so none committed in place of rows
+            if (run / name).is_file() and (run / name).stat().st_size == 0:
+                continue
             if (run / name).is_file() and not same_gz(run / name, out_dir / dest):
                 log.append(f"store run/{name} -> {(out_dir / dest).relative_to(root)}")
                 if not args.dry_run:

@@ -38,24 +38,28 @@ small_sweep() {
   tar czf "$OUT/run.tgz" run
 }
 
-# transfer_new SECONDS: the H200's own search winners this card does not file with the same spec
+# transfer_new SECONDS: the other Hopper card's own search winners this card does not file with the
+# same spec (on an H200 the H100's: 48 on 2026-12-06 17:00, its sweeps' kernels since run 100; on an
+# H100 the H200's, as below)
 # (2026-12-06, on the H100: 268 = 214 shapes with no entry, 41 cuBLAS entries, 13 another kernel;
 # 113 of them never timed there, 54 small nn, filed on the H200 after runs 84-85), timed here offline
 # and in server mode beside the baselines and filed where they win (`cudal2 registry transfer
 # --searched-only`, ~0.6-0.9 s a shape on an H100, runs 84-85) on an export, /tmp/xreg. Files:
-# transfer.txt, xfer_new.json.gz (the compare; cut short, carry it back as run/xfer_new.json and
-# the next call resumes it), index_transfer.json.gz (copy it over src/cudal2/registry/index.json
+# transfer.txt, xfer_from_FROM.json.gz (the compare; cut short, carry it back as
+# .runpack/xfer_from_FROM.json and the next call resumes it), index_transfer.json.gz (copy it over src/cudal2/registry/index.json
 # after checking that only this card's entries moved; the sources are the H200's, in the tree).
 # --time-limit, not the timeout, ends it: run 135 (2026-12-06, H100) was killed by `timeout 280`
 # after timing 217 of 268 shapes, before it filed any (run 136 resumed the rows and filed 95);
 # the time limit stops the compare ~30 s early and files the winners among the shapes timed.
 transfer_new() {
+  local from=h200-sm90; [ "${CARD_KEY:-}" = h200-sm90 ] && from=h100-sm90
+  local xj=xfer_from_$from.json    # one per direction: a warm card keeps run/ between calls
   rm -rf /tmp/xreg && cudal2 registry export /tmp/xreg >/dev/null && mkdir -p run
-  [ -f .runpack/xfer_new.json ] && [ ! -f run/xfer_new.json ] && cp .runpack/xfer_new.json run/
-  timeout $(($1 + 30)) cudal2 registry transfer --from h200-sm90 --registry /tmp/xreg --json run/xfer_new.json \
+  [ -f .runpack/$xj ] && [ ! -f run/$xj ] && cp .runpack/$xj run/
+  timeout $(($1 + 30)) cudal2 registry transfer --from $from --registry /tmp/xreg --json run/$xj \
     --searched-only --time-limit $(($1 - 30)) >"$OUT/transfer.txt" 2>&1
   tail -8 "$OUT/transfer.txt"
-  gzip -c run/xfer_new.json >"$OUT/xfer_new.json.gz" 2>/dev/null
+  gzip -c run/$xj >"$OUT/$xj.gz" 2>/dev/null
   gzip -c /tmp/xreg/index.json >"$OUT/index_transfer.json.gz"
 }
 

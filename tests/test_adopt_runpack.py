@@ -85,9 +85,14 @@ def test_adopt_dry_run_writes_nothing_and_a_new_store_is_noticed(tmp_path, capsy
     capsys.readouterr()
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     newer = _pack(tmp_path / "b", set(keys[:1]), 7)
+    # by default the tree's two entries the pack lacks are merged back in: nothing is dropped
     assert adopt.main([str(newer), "--root", str(root), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "store run/grid.db" in out and "checkpoint run/grid.db.ckpt" in out
+    assert "2 added, 0 replaced" in out and "remove " not in out and "update src/cudal2" not in out
+    # --replace: the pack's one entry alone
+    assert adopt.main([str(newer), "--root", str(root), "--dry-run", "--replace"]) == 0
+    out = capsys.readouterr().out
     assert "remove kernels_triton/" in out and "update src/cudal2/registry/index.json (1 entries)" in out
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
 
@@ -169,3 +174,53 @@ def test_a_pack_that_came_back_in_parts_is_read_as_one(tmp_path, capsys):
     with pytest.raises(SystemExit):
         adopt.main([str(empty), "--root", str(tmp_path / "repo9")])
     assert "is not a pack" in capsys.readouterr().err
+
+
+def test_the_trees_filings_since_the_packs_export_are_merged_in_unless_replace(tmp_path, capsys):
+    """A warm card keeps run/ between calls: the second call's pack may lack what the tree filed in
+    between (runs 136-137, 2026-12-06: 95 transferred entries). Adopting merges the tree's entries
+    into the pack's (cudal2.registry.merge); --replace takes the pack's registry as it came."""
+    keys = _three_keys()
+    root = tmp_path / "repo"
+    assert adopt.main([str(_pack(tmp_path, set(keys), 5)), "--root", str(root)]) == 0
+    # the tree files one more entry (as a transfer adopted between two calls would)
+    shipped = Registry.load()
+    named = {e.source for e in shipped.all() if f"{e.device}/{e.problem}" in keys}
+    extra = next(e for e in shipped.all("h100-sm90") if e.backend == "cuda" and e.source not in named)
+    idx = json.loads((root / "src/cudal2/registry/index.json").read_text())
+    idx["devices"].setdefault("h100-sm90", {"entries": {}})["entries"][extra.problem] = extra.to_dict()
+    (root / "src/cudal2/registry/index.json").write_text(json.dumps(idx, indent=1) + "\n")
+    (root / extra.source).parent.mkdir(parents=True, exist_ok=True)
+    (root / extra.source).write_text(shipped.read_source(extra))
+    capsys.readouterr()
+    # the next call's pack: the same three entries and a grown store, without the tree's new one
+    newer = _pack(tmp_path / "b", set(keys), 7)
+    assert adopt.main([str(newer), "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "merge the tree's registry into the pack's: 1 added, 0 replaced" in out
+    index = json.loads((root / "src/cudal2/registry/index.json").read_text())
+    filed = {f"{d}/{p}" for d, s in index["devices"].items() for p in s["entries"]}
+    assert filed == set(keys) | {extra.key}
+    assert (root / extra.source).read_text() == shipped.read_source(extra)     # its source stays
+    assert all(r.ok for r in Registry.load(tmp_path / "b" / "pack" / "run" / "registry").verify(gpu=False))
+    # --replace: the pack's registry whole, the tree's extra entry and its source gone
+    assert adopt.main([str(newer), "--root", str(root), "--replace"]) == 0
+    index = json.loads((root / "src/cudal2/registry/index.json").read_text())
+    assert {f"{d}/{p}" for d, s in index["devices"].items() for p in s["entries"]} == set(keys)
+    assert not (root / extra.source).exists()
+
+
+def test_an_empty_compare_rows_file_is_not_committed(tmp_path, capsys):
+    """sweep_file.sh's last step (the grid compare) leaves an empty rows file when its time box was
+    spent (runs 134-139): committing it would replace rows on record with none."""
+    keys = _three_keys()
+    root = tmp_path / "repo"
+    pack = _pack(tmp_path, set(keys), 5)
+    run = tmp_path / "pack" / "run"
+    (run / "compare").mkdir()
+    (run / "compare" / "compare_grid.rows.jsonl").write_text("")
+    with tarfile.open(pack, "w:gz") as tar:
+        tar.add(run, arcname="run")
+    assert adopt.main([str(pack), "--root", str(root)]) == 0
+    assert "compare_grid.rows" not in capsys.readouterr().out
+    assert not (root / "bench/results/h200-sm90/grid_search/compare_grid.rows.jsonl.gz").exists()

@@ -88,6 +88,14 @@ def test_preferred_ties_keep_the_destination_and_a_failed_check_loses(tmp_path):
     r = copy.deepcopy(b)
     r.refile_as_cublas("offline 1.005x best-cublas, under the margin 1.01")
     assert preferred(r, b) is r and preferred(b, r) is r
+    # one spec, two sources: the one the backend renders today wins, though it is pending (a
+    # template edit re-rendered it) and the other passed its check
+    stale = copy.deepcopy(b)
+    stale.sha256 = "0" * 64
+    new = copy.deepcopy(b)
+    new.check = {**new.check, "passed": None}
+    assert stale.check.get("passed") is True
+    assert preferred(stale, new) is new and preferred(new, stale) is new
 
 
 def test_dry_run_writes_nothing_and_the_shipped_registry_is_refused(tmp_path):

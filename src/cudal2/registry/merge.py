@@ -11,7 +11,9 @@ it did not just build, so either side's filings survive.
 The rule, per problem both registries file with different entries:
   0. a cuBLAS entry re-filed from the other side's kernel (`times.refiled`, `times.best_kernel_spec`
      the kernel's spec: apply-margin, a server or offline guard took it out) wins: the later
-     verdict on the same measurement;
+     verdict on the same measurement; of two entries of one spec with different sources, the one
+     the backend renders today wins (the other is from before a template edit: `registry
+     rerender` made the new one, pending until a card re-checks it);
   1. an entry that passed its check (or a cuBLAS entry: nothing to check) beats one pending
      (re-rendered, `check.passed` None) or failed;
   2. then the higher speedup over best-cublas (`Entry.speedup`: the entry's offline time against the
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 
 from .entry import Entry, RegistryError
 from .index import Registry
+from .upkeep import check_render
 
 
 def _check_rank(e: Entry) -> int:
@@ -43,12 +46,26 @@ def _refiled_from(a: Entry, b: Entry) -> bool:
             and a.times.get("best_kernel_spec") == b.spec)
 
 
+def _renders(e: Entry) -> bool:
+    try:
+        check_render(e)
+        return True
+    except RegistryError:
+        return False
+
+
+def _rerender_pair(a: Entry, b: Entry) -> bool:
+    return a.backend == b.backend != "cublas" and a.spec == b.spec and a.sha256 != b.sha256
+
+
 def preferred(dest: Entry, src: Entry) -> Entry:
     """The entry a merge keeps of two for one problem (the module doc's rule)."""
     if _refiled_from(dest, src):
         return dest
     if _refiled_from(src, dest):
         return src
+    if _rerender_pair(dest, src) and (ok := _renders(dest)) != _renders(src):
+        return dest if ok else src
     rd, rs = _check_rank(dest), _check_rank(src)
     if rd != rs:
         return dest if rd > rs else src
@@ -70,6 +87,8 @@ class MergeResult:
 def _why(winner: Entry, loser: Entry) -> str:
     if _refiled_from(winner, loser):
         return f"re-filed as cuBLAS from that kernel ({winner.times['refiled']})"
+    if _rerender_pair(winner, loser) and _renders(winner) and not _renders(loser):
+        return "the backend renders this source today, not the other"
     if _check_rank(winner) != _check_rank(loser):
         return f"check {winner.check.get('passed', 'n/a')} over {loser.check.get('passed')}"
     sw, sl = winner.speedup(), loser.speedup()
