@@ -152,7 +152,7 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       if [ ! -f "$list" ] || [ -z "$lay" ]; then echo "sweep:NAME:LAYOUT[:SECONDS[:EXTRA]] needs bench/NAME.txt and nn or nt"; else
       timeout $((secs + 120)) python3 bench/hopper_sweep.py --out "$OUT" --layouts "$lay" --tag "${name}_$lay" \
         --shapes "$(grep -v '^#' "$list" | cut -d' ' -f1 | paste -sd, -)" --n-cands 8 --lite 0 \
-        "${xopt[@]}" --time-limit "$secs" 2>&1 | tail -12; fi ;;
+        "${xopt[@]}" --time-limit "$secs" 2>&1 | tee "/tmp/sweep_${name}_$lay.log" | tail -12; fi ;;
     bk|bk:*)
       # bk[:SECONDS] (default 200): issue 19's k-tile depth. The wave model's 6 best specs of 6 grid nt
       # shapes of each class (small, shortK, starved, mid, large) again at bk 32 and 128, each with

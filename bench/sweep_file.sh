@@ -20,6 +20,9 @@ mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
 logs=$(mktemp -d)
 OUT="$OUT" bash "$(dirname "$0")/device_run.sh" "sweep:$name:$lay:$sweep_s${extra:+:$extra}" 2>&1 | tail -14
+# the sweep's whole log (its per-shape elapsed lines: where a shape's ~6 s go, runs 135-139 lost them
+# to the tail above) goes back in logs.tgz
+cp "/tmp/sweep_${name}_$lay.log" "$logs/sweep.log" 2>/dev/null
 csv=$(ls -t "$OUT"/${name}_${lay}_*.csv 2>/dev/null | head -1)
 if [ -z "$csv" ]; then echo "no sweep CSV: nothing to file"; exit 1; fi
 python3 bench/sweep_leads.py "$csv" --device "$CARD_KEY" --out bench/sweep_leads.txt --shapes-out bench/sweep_leads_shapes.txt \
