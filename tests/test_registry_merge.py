@@ -96,6 +96,10 @@ def test_preferred_ties_keep_the_destination_and_a_failed_check_loses(tmp_path):
     new.check = {**new.check, "passed": None}
     assert stale.check.get("passed") is True
     assert preferred(stale, new) is new and preferred(new, stale) is new
+    # two cuBLAS entries of one problem: the one chosen on more timings (add-timings only adds)
+    more = copy.deepcopy(c)
+    more.dispatch = {**(c.dispatch or {}), "repeats": list((c.dispatch or {}).get("repeats") or []) + [{"torch": 1.0}]}
+    assert preferred(c, more) is more and preferred(more, c) is more
 
 
 def test_dry_run_writes_nothing_and_the_shipped_registry_is_refused(tmp_path):

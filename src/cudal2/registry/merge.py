@@ -14,6 +14,8 @@ The rule, per problem both registries file with different entries:
      verdict on the same measurement; of two entries of one spec with different sources, the one
      the backend renders today wins (the other is from before a template edit: `registry
      rerender` made the new one, pending until a card re-checks it);
+  0'. of two cuBLAS entries, the one whose call was chosen on more timings (`dispatch.repeats`:
+     add-timings only adds to them, so more is later);
   1. an entry that passed its check (or a cuBLAS entry: nothing to check) beats one pending
      (re-rendered, `check.passed` None) or failed;
   2. then the higher speedup over best-cublas (`Entry.speedup`: the entry's offline time against the
@@ -54,6 +56,10 @@ def _renders(e: Entry) -> bool:
         return False
 
 
+def _repeats(e: Entry) -> int:
+    return len((e.dispatch or {}).get("repeats") or [])
+
+
 def _rerender_pair(a: Entry, b: Entry) -> bool:
     return a.backend == b.backend != "cublas" and a.spec == b.spec and a.sha256 != b.sha256
 
@@ -66,6 +72,8 @@ def preferred(dest: Entry, src: Entry) -> Entry:
         return src
     if _rerender_pair(dest, src) and (ok := _renders(dest)) != _renders(src):
         return dest if ok else src
+    if dest.backend == src.backend == "cublas" and (nd := _repeats(dest)) != _repeats(src):
+        return dest if nd > _repeats(src) else src
     rd, rs = _check_rank(dest), _check_rank(src)
     if rd != rs:
         return dest if rd > rs else src
@@ -89,6 +97,8 @@ def _why(winner: Entry, loser: Entry) -> str:
         return f"re-filed as cuBLAS from that kernel ({winner.times['refiled']})"
     if _rerender_pair(winner, loser) and _renders(winner) and not _renders(loser):
         return "the backend renders this source today, not the other"
+    if winner.backend == loser.backend == "cublas" and _repeats(winner) != _repeats(loser):
+        return f"its call chosen on {_repeats(winner)} timings, the other's on {_repeats(loser)}"
     if _check_rank(winner) != _check_rank(loser):
         return f"check {winner.check.get('passed', 'n/a')} over {loser.check.get('passed')}"
     sw, sl = winner.speedup(), loser.speedup()
