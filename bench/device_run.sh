@@ -46,8 +46,9 @@ small_sweep() {
 # and in server mode beside the baselines and filed where they win (`cudal2 registry transfer
 # --searched-only`, ~0.6-0.9 s a shape on an H100, runs 84-85) on an export, /tmp/xreg. Files:
 # transfer.txt, xfer_from_FROM.json.gz (the compare; cut short, carry it back as
-# .runpack/xfer_from_FROM.json and the next call resumes it), index_transfer.json.gz (copy it over src/cudal2/registry/index.json
-# after checking that only this card's entries moved; the sources are the H200's, in the tree).
+# .runpack/xfer_from_FROM.json and the next call resumes it), index_transfer.json.gz (copy it over
+# src/cudal2/registry/index.json after checking that only this card's entries moved; the sources
+# are the source card's, already in the tree).
 # --time-limit, not the timeout, ends it: run 135 (2026-12-06, H100) was killed by `timeout 280`
 # after timing 217 of 268 shapes, before it filed any (run 136 resumed the rows and filed 95);
 # the time limit stops the compare ~30 s early and files the winners among the shapes timed.

@@ -232,6 +232,8 @@ def test_cli_refuses_the_shipped_registry_a_missing_one_and_a_card_without_kerne
     Registry.load().export(reg, "none-sm90")
     r = _cli(["--from", "a100-sm80", "--registry", str(reg), "--json", str(tmp_path / "c.json")])
     assert r.exit_code == 2 and "no kernel entries for a100-sm80" in r.output
+    r = _cli(["--from", "h200-sm90", "--registry", str(reg), "--json", str(tmp_path / "c.json"), "--time-limit", "0"])
+    assert r.exit_code == 2 and "--time-limit must be > 0" in r.output
 
 
 def test_cli_without_a_gpu_says_so(tmp_path, monkeypatch):
@@ -265,16 +267,18 @@ def test_cli_builds_compares_and_files(tmp_path, monkeypatch):
         assert set(kw) == compare_params, set(kw) ^ compare_params
         scratch = Registry.load(kw["registry"])
         seen["keys"] = sorted(e.key for e in scratch.all())
-        seen["mode"], seen["resume"] = kw["mode"], kw["resume"]
+        seen["mode"], seen["resume"], seen["time_limit"] = kw["mode"], kw["resume"], kw["time_limit"]
         rows = [_row(e, off=1.2 if i == 0 else 0.9) for i, e in enumerate(ks)]
         Path(kw["json_path"]).write_text(json.dumps({"versions": {"device_key": card.key},
                                                      "config": {"baselines": NAMES}, "rows": rows}))
     monkeypatch.setattr(cudal2.cli.compare, "compare_cmd", fake_compare)
     reg = tmp_path / "reg"
     Registry.load().export(reg, "none-sm90")
-    r = _cli(["--from", "h200-sm90", "--src", str(src), "--registry", str(reg), "--json", str(tmp_path / "c.json")])
+    r = _cli(["--from", "h200-sm90", "--src", str(src), "--registry", str(reg), "--json", str(tmp_path / "c.json"),
+              "--time-limit", "250"])
     assert r.exit_code == 0, r.output
-    assert seen == {"keys": sorted(f"h100-pcie-sm90/{e.problem}" for e in ks), "mode": "both", "resume": True}
+    assert seen == {"keys": sorted(f"h100-pcie-sm90/{e.problem}" for e in ks), "mode": "both", "resume": True,
+                    "time_limit": 250.0}
     got = Registry.load(reg).all("h100-pcie-sm90")
     assert [e.problem for e in got] == [ks[0].problem] and got[0].speedup() == pytest.approx(1.2)
     assert f"kept out h100-pcie-sm90/{ks[1].problem}: offline 0.900x" in r.output

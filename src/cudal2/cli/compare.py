@@ -234,7 +234,7 @@ def compare_cmd(
     for line in summary_lines(summ):
         con.print(line)
     save(rows, summ, meta, csv_path, json_path, plot, modes)
-    if (left := len(problems) - len(rows)) > 0:
+    if time_limit and (left := len(problems) - len(rows)) > 0:
         con.print(f"--time-limit {time_limit:g} s: {left} of {len(problems)} shapes not timed"
                   + (f"; run again with --resume --json {json_path}" if json_path else ""))
 
