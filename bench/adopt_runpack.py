@@ -107,7 +107,7 @@ def sync_sources(reg: Registry, dry: bool, root: Path = REPO) -> list[str]:
 
 def merge_tree(root: Path, pack_registry: Path, tmp: Path) -> str | None:
     """Join the tree's registry (root's index and kernels_*/generated) into the pack's, in place;
-    Returns merge's count line, None if the tree has no index yet or nothing of it was taken."""
+    returns merge's count line, None if the tree has no index yet or nothing of it was taken."""
     index = root / "src" / "cudal2" / "registry" / "index.json"
     if not index.is_file():
         return None

@@ -1,5 +1,6 @@
-"""`cudal2 registry merge`: another registry's entries joined into one (cudal2.registry.merge has the
-rule: a passed check over a pending one, then the lower offline time; nothing is removed). CPU only.
+"""`cudal2 registry merge`: another registry's entries joined into one, problem by problem
+(cudal2.registry.merge has the rule: a later verdict on the same kernel first, then a passed check
+over a pending one, then the higher in-run speedup over best-cublas; nothing is removed). CPU only.
 
     cudal2 registry merge SRC --registry DEST [--device KEY ...] [--dry-run]
 
