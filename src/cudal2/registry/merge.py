@@ -64,25 +64,31 @@ def _rerender_pair(a: Entry, b: Entry) -> bool:
     return a.backend == b.backend != "cublas" and a.spec == b.spec and a.sha256 != b.sha256
 
 
-def preferred(dest: Entry, src: Entry) -> Entry:
-    """The entry a merge keeps of two for one problem (the module doc's rule)."""
-    if _refiled_from(dest, src):
-        return dest
-    if _refiled_from(src, dest):
-        return src
+def decide(dest: Entry, src: Entry) -> tuple[Entry, str]:
+    """The entry a merge keeps of two for one problem (the module doc's rule), and why."""
+    if _refiled_from(dest, src) or _refiled_from(src, dest):
+        won = dest if _refiled_from(dest, src) else src
+        return won, f"re-filed as cuBLAS from that kernel ({won.times['refiled']})"
     if _rerender_pair(dest, src) and (ok := _renders(dest)) != _renders(src):
-        return dest if ok else src
-    if dest.backend == src.backend == "cublas" and (nd := _repeats(dest)) != _repeats(src):
-        return dest if nd > _repeats(src) else src
+        return (dest if ok else src), "the backend renders this source today, not the other"
+    if dest.backend == src.backend == "cublas" and (nd := _repeats(dest)) != (ns := _repeats(src)):
+        return (dest if nd > ns else src), f"its call chosen on {max(nd, ns)} timings, the other's on {min(nd, ns)}"
     rd, rs = _check_rank(dest), _check_rank(src)
     if rd != rs:
-        return dest if rd > rs else src
+        won, lost = (dest, src) if rd > rs else (src, dest)
+        return won, f"check {won.check.get('passed', 'n/a')} over {lost.check.get('passed')}"
     sd, ss = dest.speedup(), src.speedup()
     if sd and ss and abs(ss - sd) > 1e-9:
-        return src if ss > sd else dest
+        won, lost = (src, dest) if ss > sd else (dest, src)
+        return won, f"{won.speedup():.3f}x best-cublas vs {lost.speedup():.3f}x"
     if dest.time_us and src.time_us and src.time_us < dest.time_us:
-        return src
-    return dest
+        return src, f"{src.time_us:.2f} us vs {dest.time_us:.2f} us"
+    return dest, "no difference the rule sees: the destination's stays"
+
+
+def preferred(dest: Entry, src: Entry) -> Entry:
+    """decide's entry alone."""
+    return decide(dest, src)[0]
 
 
 @dataclass
@@ -90,23 +96,6 @@ class MergeResult:
     added: list[str] = field(default_factory=list)          # problems only SRC filed
     replaced: list[tuple[str, str]] = field(default_factory=list)   # (key, why) SRC's won
     kept: list[tuple[str, str]] = field(default_factory=list)       # (key, why) DEST's stayed
-
-
-def _why(winner: Entry, loser: Entry) -> str:
-    if _refiled_from(winner, loser):
-        return f"re-filed as cuBLAS from that kernel ({winner.times['refiled']})"
-    if _rerender_pair(winner, loser) and _renders(winner) and not _renders(loser):
-        return "the backend renders this source today, not the other"
-    if winner.backend == loser.backend == "cublas" and _repeats(winner) != _repeats(loser):
-        return f"its call chosen on {_repeats(winner)} timings, the other's on {_repeats(loser)}"
-    if _check_rank(winner) != _check_rank(loser):
-        return f"check {winner.check.get('passed', 'n/a')} over {loser.check.get('passed')}"
-    sw, sl = winner.speedup(), loser.speedup()
-    if sw and sl and abs(sw - sl) > 1e-9:
-        return f"{sw:.3f}x best-cublas vs {sl:.3f}x"
-    if winner.time_us and loser.time_us:
-        return f"{winner.time_us:.2f} us vs {loser.time_us:.2f} us"
-    return "no time to compare: the destination's stays"
 
 
 def merge(dest_root, src_root, device_keys=None, dry_run: bool = False) -> MergeResult:
@@ -130,11 +119,11 @@ def merge(dest_root, src_root, device_keys=None, dry_run: bool = False) -> Merge
             if d is None:
                 res.added.append(e.key)
             else:
-                won = preferred(d, e)
+                won, why = decide(d, e)
                 if won is d:
-                    res.kept.append((e.key, _why(d, e)))
+                    res.kept.append((e.key, why))
                     continue
-                res.replaced.append((e.key, _why(e, d)))
+                res.replaced.append((e.key, why))
             items.append((e, None if e.backend == "cublas" else src.read_source(e)))
     if items and not dry_run:
         dest.add_many(items)

@@ -135,11 +135,15 @@ def verify(reg, gpu: bool | None = None, render: bool = False, pending_only: boo
             dev_info = current()
         elif gpu:
             raise RegistryError("verify with the checker needs a CUDA GPU; none is visible")
+
+    def to_check(e: Entry) -> bool:
+        """The checker re-runs on this entry: a kernel of the running card, pending if pending_only."""
+        return (dev_info is not None and e.backend != "cublas" and dev_info.key == e.device
+                and not (pending_only and e.check.get("passed") is not None))
+
     if dev_info is not None and warm:
         from ..evaluate.warm import warm_compiles
-        warm_compiles([(KernelSpec.parse(e.spec), e.prob) for e in reg.all()
-                       if e.backend != "cublas" and e.device == dev_info.key
-                       and not (pending_only and e.check.get("passed") is not None)], dev_info)
+        warm_compiles([(KernelSpec.parse(e.spec), e.prob) for e in reg.all() if to_check(e)], dev_info)
     for e in reg.all():
         try:
             if e.backend == "cublas":
@@ -154,11 +158,9 @@ def verify(reg, gpu: bool | None = None, render: bool = False, pending_only: boo
             if render or (dev_info is not None and dev_info.key == e.device):
                 check_render(e, spec)     # read_source above proved text hashes to e.sha256
                 note += ", render ok"
-            to_check = dev_info is not None and dev_info.key == e.device \
-                and not (pending_only and e.check.get("passed") is not None)
-            if to_check and time_limit is not None and time.monotonic() - t0 > time_limit:
+            if to_check(e) and time_limit is not None and time.monotonic() - t0 > time_limit:
                 note += ", " + NOT_RUN
-            elif to_check:
+            elif to_check(e):
                 from ..backends import build_kernel
                 from ..check import check_kernel
                 kern = build_kernel(spec, e.prob, dev_info)
