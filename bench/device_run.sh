@@ -3,7 +3,7 @@
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
-# retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS]
+# retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] next.
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
@@ -208,13 +208,15 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
           --json "$OUT/retime_${rname}_${rlay}_p$pass.json" 2>&1 | tail -4
       done ;;
     graph:*)
-      # graph:SHAPES:LAYOUT[:SECONDS] (default 420): the registry as dispatched on SHAPES (a
+      # graph:SHAPES:LAYOUT[:SECONDS[:TAG]] (default 420): the registry as dispatched on SHAPES (a
       # `--shapes` value: a file such as bench/graph_small_nt.txt, grid, grid:N) beside the five
       # baselines on both PROTOCOL clocks, offline and CUDA-graph replays (no event between calls:
       # where wgmma's PDL shows; H100 run 127: ~1.8 s a shape). Resumable: the JSON is rewritten as
-      # rows come in, so a later call with the same JSON (carry it back into run/) goes on.
-      IFS=: read -r _ gshapes glay gsecs <<<"$stage"
-      gname=$(basename "$gshapes" .txt | tr -c 'A-Za-z0-9_\n-' _)
+      # rows come in, so a later call with the same JSON (carry it back into run/) goes on. TAG names
+      # a second, independent timing of the same shapes (its own JSON): `registry file-cublas` files
+      # a cuBLASLt call only on two such timings.
+      IFS=: read -r _ gshapes glay gsecs gtag <<<"$stage"
+      gname=$(basename "$gshapes" .txt | tr -c 'A-Za-z0-9_\n-' _)${gtag:+_$gtag}
       # --time-limit ends it with the summary printed (run 136, H100: 152 small nn shapes in ~300 s).
       mkdir -p run && gjson="run/graph_${gname}_${glay}.json" && gsecs=${gsecs:-420}
       [ -f ".runpack/$(basename "$gjson")" ] && [ ! -f "$gjson" ] && cp ".runpack/$(basename "$gjson")" run/
@@ -236,7 +238,8 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # (index_rechecked.json.gz: copy it over src/cudal2/registry/index.json after checking that
       # only check fields moved; --time-limit ends the checks in time to record what passed, and the
       # summary line counts what is left for the next call). On an H100 (nothing pending there since
-      # run 138): the small nt and skinny nt classes as dispatched, both clocks (the graph stage).
+      # run 138): the small / skinny grid shapes it still runs on torch.matmul, timed twice as
+      # dispatched on both clocks (the graph stage), ~540 s.
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         ntests="tests/test_pdl_families_gpu.py tests/test_backends_gpu.py::test_mma_split_k_is_deterministic_and_stream_safe"
         timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 50 -rfE $ntests \
@@ -245,10 +248,12 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         timeout 440 cudal2 registry verify --gpu --render --record --pending-only --time-limit 380 --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
         tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
       else
-        # runs 135-139 (2026-12-06 evening) ran the transfer through (267 timed, 94 filed), the small
-        # sweep (16 nn, 27 nt) and the skinny nt sweep (54): the small nt and skinny nt classes as
-        # dispatched now (run 132 before: small nt 1.159 / 1.046, skinny nt 0.985 / 0.987)
-        bash "$0" graph:bench/graph_small_nt.txt:nt:300 graph:bench/graph_skinny.txt:nt:180
+        # runs 140-143 (2026-12-06 evening) timed small nt / skinny nt as dispatched and swept every
+        # small / skinny grid shape the H100 held no entry for; bench/h100_uncovered_{nn,nt}.txt hold
+        # the 77 nn / 41 nt where no spec won (torch.matmul still). Two timings of each as dispatched
+        # (~2 s a shape), for `registry file-cublas` here: a cuBLASLt call where it beats torch.matmul.
+        bash "$0" graph:bench/h100_uncovered_nn.txt:nn:170 graph:bench/h100_uncovered_nn.txt:nn:170:2 \
+          graph:bench/h100_uncovered_nt.txt:nt:100 graph:bench/h100_uncovered_nt.txt:nt:100:2
       fi ;;
     *)
       echo "unknown stage $stage" ;;

@@ -63,9 +63,9 @@ def test_shipped_registry_verifies_on_cpu():
     # sweep's leads 14 kernels over cuBLAS entries (7 nn, 7 nt); the skinny nt sweep 25 new entries
     # (12 kernels, 13 cuBLAS): 648 + 64 + 25 entries, 511 + 94 - 9 + 14 + 12 kernels.
     assert sum(e.backend != "cublas" for e in reg.all("h200-sm90")) == 742
-    assert len(reg.all("h100-sm90")) == 737
-    assert sum(e.backend != "cublas" for e in reg.all("h100-sm90")) == 622
-    assert len(kernels) == 742 + 622
+    assert len(reg.all("h100-sm90")) == 803
+    assert sum(e.backend != "cublas" for e in reg.all("h100-sm90")) == 648
+    assert len(kernels) == 742 + 648
     # Every kernel entry passed the full checker on its card, or is pending (check.passed None) after
     # a template edit re-rendered it (`registry rerender`) until `verify --gpu --render --record` on
     # that card: 2026-12-06, PDL by default in mma / stream (pdl.cuh; the H100's 78 re-checked by run
@@ -87,10 +87,10 @@ def test_a_kernel_source_edit_fails_with_how_to_fix(monkeypatch):
     reg = Registry.load()
     res = reg.verify(gpu=False, render=True)
     bad = [r for r in res if not r.ok]
-    assert len(bad) == sum(e.backend == "triton" for e in reg.all()) == 105 + 105   # h200, h100 (the guard's two were CUDA)
+    assert len(bad) == sum(e.backend == "triton" for e in reg.all()) == 105 + 106   # h200, h100 (the guard's two were CUDA)
     assert all("no longer renders this spec" in r.reason for r in bad)
     msg = orphan_report(res)
-    assert msg.startswith("210 shipped registry entries fail") and "re-file" in msg and "re-render" in msg
+    assert msg.startswith("211 shipped registry entries fail") and "re-file" in msg and "re-render" in msg
 
 
 @pytest.mark.parametrize("edit", ["source", "index"])
@@ -101,7 +101,7 @@ def test_cli_verify_names_the_orphaned_entry(tmp_path, edit):
     from cudal2.cli import app
     runner = CliRunner()
     r = runner.invoke(app, ["registry", "export", str(tmp_path / "reg")])
-    assert r.exit_code == 0 and "exported 2897 entries" in r.output
+    assert r.exit_code == 0 and "exported 2963 entries" in r.output
     reg = Registry.load(tmp_path / "reg")
     e = next(x for x in reg.all() if x.backend == "triton")
     n = 1
@@ -137,7 +137,7 @@ def test_rerender_repairs_an_exported_copy(tmp_path, monkeypatch):
     r = runner.invoke(app, ["registry", "rerender"])
     assert r.exit_code == 1 and "the shipped registry is read-only here" in r.output
     r = runner.invoke(app, ["registry", "rerender", "--no-compare-sass", "--registry", str(dest)])
-    assert r.exit_code == 0 and "210 entries re-rendered" in r.output and "re-check the other 210 on a card" in r.output
+    assert r.exit_code == 0 and "211 entries re-rendered" in r.output and "re-check the other 211 on a card" in r.output
     reg = Registry.load(dest)
     assert all(r.ok for r in reg.verify(gpu=False, render=True))
     moved = [e for e in reg.all() if e.backend == "triton"]
