@@ -61,7 +61,10 @@ def test_shipped_registry_verifies_on_cpu():
     # h100-sm90, runs 135-139 (2026-12-06 evening): `registry transfer --searched-only` filed 94 of
     # the H200's own search winners (64 new entries, 30 re-filed: 21 cuBLAS and 9 kernels); the small
     # sweep's leads 14 kernels over cuBLAS entries (7 nn, 7 nt); the skinny nt sweep 25 new entries
-    # (12 kernels, 13 cuBLAS): 648 + 64 + 25 entries, 511 + 94 - 9 + 14 + 12 kernels.
+    # (12 kernels, 13 cuBLAS): 648 + 64 + 25 entries, 511 + 94 - 9 + 14 + 12 kernels. Runs 141-143:
+    # sweeps over the small / skinny shapes with no H100 entry filed 42 new entries (23 kernels, 19
+    # cuBLAS) and 5 over held ones (3 cuBLAS became kernels); `file-cublas` of runs 132 + 140's skinny
+    # nt compares 24 cuBLAS entries: 737 + 42 + 24 entries, 622 + 23 + 3 kernels.
     assert sum(e.backend != "cublas" for e in reg.all("h200-sm90")) == 742
     assert len(reg.all("h100-sm90")) == 803
     assert sum(e.backend != "cublas" for e in reg.all("h100-sm90")) == 648
