@@ -172,14 +172,13 @@ def main(argv=None) -> int:
             return 2
         device = args.device or card or "h200-sm90"
         out_dir = root / "bench" / "results" / device / "grid_search"
-        if not args.replace:
-            log_merge = merge_tree(root, run / "registry", tmp)
+        log_merge = None if args.replace else merge_tree(root, run / "registry", tmp)
         reg = Registry.load(run / "registry")
         if reg.bad:
             print(f"the pack's registry refuses {len(reg.bad)} entries: {reg.bad[:3]}", file=sys.stderr)
             return 2
         log = sync_sources(reg, args.dry_run, root)
-        if not args.replace and log_merge:
+        if log_merge:
             log.insert(0, log_merge)
         index = root / "src" / "cudal2" / "registry" / "index.json"
         text = reg.to_json()

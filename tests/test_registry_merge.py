@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from cudal2.cli import app
 from cudal2.registry import Registry, RegistryError
-from cudal2.registry.merge import merge, preferred
+from cudal2.registry.merge import decide, merge
 
 KEY = "h100-sm90"
 
@@ -66,14 +66,14 @@ def test_merge_adds_replaces_by_time_and_check_and_keeps_sources_whole(tmp_path)
     assert again.added == [] and again.replaced == [] and len(again.kept) == 2
 
 
-def test_preferred_ties_keep_the_destination_and_a_failed_check_loses(tmp_path):
+def test_decide_ties_keep_the_destination_and_a_failed_check_loses(tmp_path):
     src, dest, problems = _slice(tmp_path)
     p = next(q for q in problems if Registry.load(src).entries[KEY][q].backend != "cublas")
     a, b = Registry.load(dest).entries[KEY][p], Registry.load(src).entries[KEY][p]
-    assert preferred(a, b) is a                              # equal times: DEST's
+    assert decide(a, b)[0] is a                              # equal times: DEST's
     _edit(dest, p, passed=False)
     failed = Registry.load(dest).entries[KEY][p]
-    assert preferred(failed, b) is b
+    assert decide(failed, b)[0] is b
     # the in-run ratio decides, not two runs' absolute times: a cuBLAS entry timed in another run
     # at 3% under the kernel's time still loses to a kernel its own run timed 1.02x best-cublas
     c = next(e for e in Registry.load(src).all(KEY) if e.backend == "cublas")
@@ -81,13 +81,13 @@ def test_preferred_ties_keep_the_destination_and_a_failed_check_loses(tmp_path):
     c.time_us = c.best_cublas_us = b.time_us * 0.97
     b.best_cublas_us = b.time_us * 1.02
     assert c.speedup() == pytest.approx(1.0) and b.speedup() == pytest.approx(1.02)
-    assert preferred(c, b) is b and preferred(b, c) is b
+    assert decide(c, b)[0] is b and decide(b, c)[0] is b
     # ... unless that cuBLAS entry is the kernel re-filed (a margin or guard took it out): the later
     # verdict on the same kernel stays, whichever side holds it
     import copy
     r = copy.deepcopy(b)
     r.refile_as_cublas("offline 1.005x best-cublas, under the margin 1.01")
-    assert preferred(r, b) is r and preferred(b, r) is r
+    assert decide(r, b)[0] is r and decide(b, r)[0] is r
     # one spec, two sources: the one the backend renders today wins, though it is pending (a
     # template edit re-rendered it) and the other passed its check
     stale = copy.deepcopy(b)
@@ -95,11 +95,11 @@ def test_preferred_ties_keep_the_destination_and_a_failed_check_loses(tmp_path):
     new = copy.deepcopy(b)
     new.check = {**new.check, "passed": None}
     assert stale.check.get("passed") is True
-    assert preferred(stale, new) is new and preferred(new, stale) is new
+    assert decide(stale, new)[0] is new and decide(new, stale)[0] is new
     # two cuBLAS entries of one problem: the one chosen on more timings (add-timings only adds)
     more = copy.deepcopy(c)
     more.dispatch = {**(c.dispatch or {}), "repeats": list((c.dispatch or {}).get("repeats") or []) + [{"torch": 1.0}]}
-    assert preferred(c, more) is more and preferred(more, c) is more
+    assert decide(c, more)[0] is more and decide(more, c)[0] is more
 
 
 def test_dry_run_writes_nothing_and_the_shipped_registry_is_refused(tmp_path):

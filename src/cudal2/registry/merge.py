@@ -86,11 +86,6 @@ def decide(dest: Entry, src: Entry) -> tuple[Entry, str]:
     return dest, "no difference the rule sees: the destination's stays"
 
 
-def preferred(dest: Entry, src: Entry) -> Entry:
-    """decide's entry alone."""
-    return decide(dest, src)[0]
-
-
 @dataclass
 class MergeResult:
     added: list[str] = field(default_factory=list)          # problems only SRC filed
