@@ -298,3 +298,75 @@ def test_server_guard_stops_a_cublaslt_call_that_lost_cold(tmp_path):
     add_timings(tmp_path / "reg", "h200-sm90", {cold.text: rep(10.8, 9.9)})
     e = Registry.load(tmp_path / "reg").lookup(cold, "h200-sm90")
     assert e.dispatch["target"] == "torch" and AT in e.dispatch["cold"] and len(e.dispatch["repeats"]) == 5
+
+
+def test_an_autotune_column_of_another_algorithm_is_no_evidence(tmp_path):
+    """H100 (2026-12-06): 12288x64x1024:nt stores the autotune algorithm that beat torch.matmul by
+    1.058-1.064x in five offline timings; run 132's compare tuned afresh, picked another algorithm and
+    timed it at 0.903x, and that timing, added as the stored call's, kept the entry on torch.matmul.
+    A compare's autotune column counts only where it timed the stored algorithm (the row's
+    cublaslt-autotune_algo, or cudal2's own column where it dispatched the call); adding the compare
+    again repairs the timing already held; the other calls' columns of that run still count."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cudal2.cli import app
+    from cudal2.registry import add_timings, autotune_algos
+    p = Problem(12288, 64, 1024, "nt")
+    good = [rep(10.56, 9.95, 10.59), rep(10.59, 10.02, 10.56), rep(10.11, 9.50, 10.14)]
+    other = rep(10.43, 11.55, 10.43)                  # the fresh pick of run 132, another algorithm
+    reg = Registry.load(tmp_path / "reg", create=True)
+    reg.add(Entry(problem=p.text, device="h200-sm90", backend="cublas", time_us=9.95, best_cublas_us=9.95,
+                  baselines_us=good[0], lt_algo={"data": WORDS, "cublasLt": V},
+                  dispatch=cublas_choice(good[:2] + [other] + good[2:])), None)
+    assert reg.lookup(p, "h200-sm90").dispatch["target"] == "torch"        # 0.903x in one of four
+
+    row = {"M": p.M, "N": p.N, "K": p.K, "layout": "nt", "cudal2_via": "torch",
+           f"{AT}_algo": [w + 1 for w in WORDS], **{f"offline_{n}_median_us": t for n, t in other.items()}}
+    doc = {"versions": {"device_key": "h200-sm90", "cublasLt": V}, "config": {"baselines": ["torch", AT, HE]},
+           "rows": [row]}
+    assert autotune_algos(doc) == {p.text: {"data": [w + 1 for w in WORDS], "cublasLt": V}}
+    (tmp_path / "cmp.json").write_text(json.dumps(doc))
+    r = CliRunner().invoke(app, ["registry", "add-timings", str(tmp_path / "cmp.json"), "--registry", str(tmp_path / "reg")])
+    assert r.exit_code == 0 and f"h200-sm90/{p.text}: torch -> {AT}" in r.output, r.output
+    d = Registry.load(tmp_path / "reg").lookup(p, "h200-sm90").dispatch
+    assert len(d["repeats"]) == 4 and d["repeats"][2] == {"torch": 10.43, HE: 10.43}    # repaired in place
+    assert d["ratios"][AT] == [round(10.56 / 9.95, 5), round(10.59 / 10.02, 5), round(10.11 / 9.50, 5)]
+    # The same compare again: one run, already held; nothing changes.
+    r = CliRunner().invoke(app, ["registry", "add-timings", str(tmp_path / "cmp.json"), "--registry", str(tmp_path / "reg")])
+    assert "0 now dispatch to another call" in r.output and \
+        len(Registry.load(tmp_path / "reg").lookup(p, "h200-sm90").dispatch["repeats"]) == 4
+
+    # A new timing whose column is the stored algorithm (same words) counts, losses included.
+    same = {p.text: {"data": WORDS, "cublasLt": V}}
+    [(e, old, new)] = add_timings(tmp_path / "reg", "h200-sm90", {p.text: rep(10.0, 10.2)}, algos=same)
+    assert (old, new) == (AT, "torch") and e.dispatch["ratios"][AT][-1] == round(10.0 / 10.2, 5)
+    # Another cuBLASLt version's pick, or an unknown one, as before: the version differs -> dropped;
+    # no algorithm recorded (compares before 2026-12-05) -> counted.
+    q = Problem(4096, 64, 2048, "nt")
+    Registry.load(tmp_path / "reg").add(Entry(problem=q.text, device="h200-sm90", backend="cublas", time_us=9.0,
+                                              best_cublas_us=9.0, baselines_us=rep(10.0, 9.0),
+                                              lt_algo={"data": WORDS, "cublasLt": V},
+                                              dispatch=cublas_choice([rep(10.0, 9.0), rep(10.1, 9.1)])), None)
+    add_timings(tmp_path / "reg", "h200-sm90", {q.text: rep(10.05, 12.0)}, algos={q.text: {"data": WORDS, "cublasLt": V + 1}})
+    d = Registry.load(tmp_path / "reg").lookup(q, "h200-sm90").dispatch
+    assert d["target"] == AT and d["repeats"][-1] == {"torch": 10.05}
+    add_timings(tmp_path / "reg", "h200-sm90", {q.text: rep(10.2, 12.0)})
+    assert Registry.load(tmp_path / "reg").lookup(q, "h200-sm90").dispatch["target"] == "torch"
+
+
+def test_the_server_guard_ignores_another_algorithms_cold_column(tmp_path):
+    """call_guard with the compare's algorithms: autotune's fresh pick of another algorithm that ran
+    cold under the guard does not keep the stored call out; the stored one's own column does."""
+    from cudal2.registry import call_guard
+    p = Problem(4096, 64, 2048, "nt")
+    Registry.load(tmp_path, create=True).add(Entry(
+        problem=p.text, device="h200-sm90", backend="cublas", time_us=9.0, best_cublas_us=9.0,
+        baselines_us=rep(10.0, 9.0), lt_algo={"data": WORDS, "cublasLt": V},
+        dispatch=cublas_choice([rep(10.0, 9.0), rep(10.1, 9.1)])), None)
+    cold = {p.text: {"torch": 10.0, AT: 11.0}}
+    assert call_guard(tmp_path, "h200-sm90", cold, 0.97, algos={p.text: {"data": [9] * 8, "cublasLt": V}}) == []
+    assert Registry.load(tmp_path).lookup(p, "h200-sm90").dispatch["target"] == AT
+    [(e, call, ratio)] = call_guard(tmp_path, "h200-sm90", cold, 0.97, algos={p.text: "stored"})
+    assert call == AT and round(ratio, 4) == round(10.0 / 11.0, 4) and e.dispatch["target"] == "torch"

@@ -322,8 +322,8 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
                         "ratio of torch.matmul in the compare's offline medians (e.g. 0.97: issue 22's bar)")) -> None:
     """Add a compare run's timings to the cuBLAS entries' evidence and choose their calls again."""
     from .errors import fail
-    from ..registry import (RegistryError, add_timings, call_guard, call_timings, compare_timings, offline_guard,
-                            offline_kernel_timings, server_guard, server_timings)
+    from ..registry import (RegistryError, add_timings, autotune_algos, call_guard, call_timings, compare_timings,
+                            offline_guard, offline_kernel_timings, server_guard, server_timings)
     from ..report import load_json
     reg = _load(registry)
     if reg.shipped:
@@ -340,8 +340,9 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
                 return
             guarded = server_guard(reg.root, device, srv, guard)
         oguarded = offline_guard(reg.root, device, offline_kernel_timings(data), oguard) if oguard is not None else []
-        moved = add_timings(reg.root, device, compare_timings(data), margin)
-        calls = call_guard(reg.root, device, call_timings(data), guard) if guard is not None else []
+        algos = autotune_algos(data)
+        moved = add_timings(reg.root, device, compare_timings(data), margin, algos)
+        calls = call_guard(reg.root, device, call_timings(data), guard, algos) if guard is not None else []
     except FileNotFoundError:
         fail(f"{compare}: no such file", code=1)
         return

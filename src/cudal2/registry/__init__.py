@@ -23,11 +23,11 @@ from .upkeep import VerifyResult, check_render
 from .evidence import (CUBLAS_MARGIN, DISPATCH_TARGETS, cublas_choice, legacy_choice, qualified_calls,
                        scope_problems)
 from .record import lost_cold, record_cublas, record_scope, record_winner
-from .timings import (add_timings, call_guard, call_timings, compare_timings, offline_guard,
+from .timings import (add_timings, autotune_algos, call_guard, call_timings, compare_timings, offline_guard,
                       offline_kernel_timings, server_guard, server_timings)
 
 # Every public name, so `from cudal2.registry import X` keeps working for all callers.
-__all__ = ["CUBLAS_MARGIN", "DISPATCH_TARGETS", "add_timings", "call_guard", "call_timings", "compare_timings",
+__all__ = ["CUBLAS_MARGIN", "DISPATCH_TARGETS", "add_timings", "autotune_algos", "call_guard", "call_timings", "compare_timings",
            "cublas_choice", "lost_cold", "server_guard", "server_timings", "offline_guard", "offline_kernel_timings",
            "legacy_choice", "record_scope", "scope_problems", "BACKENDS", "ENV", "FORMAT", "SUFFIX",
            "VERSION", "Entry", "Registry", "RegistryError", "VerifyResult", "check_margin", "check_render",

@@ -10,6 +10,10 @@
    sent 8192x4096x8192 to an algorithm that had won by 0.1% and ran 0.93x of torch.matmul later;
    over 697 compared cuBLAS entries, filing wins under 1% lost by more than 2% in the compare on
    18 of 300 shapes, wins of 1-2% on 1 of 78 (NOTES.md, 2026-12-03 "CPU").
+   A timing's autotune column is evidence for the algorithm the entry stores only: where a compare
+   tuned afresh and timed another one, that column is left out (timings.other_algorithm; H100
+   2026-12-06: 12288x64x1024:nt's stored call won 1.06x in five timings and was held on torch.matmul
+   by one 0.90x timing of another algorithm).
    The choice and the timings behind it are recorded in the entry (`Entry.dispatch`); an entry
    filed before the record exists gets the same rule over its one recorded timing (`legacy_choice`).
 

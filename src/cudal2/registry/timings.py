@@ -11,15 +11,52 @@ from .entry import Entry, RegistryError
 from .index import Registry
 
 
+AUTOTUNE = "cublaslt-autotune"
+STORED = "stored"
+
+
+def autotune_algos(compare_json: dict) -> dict:
+    """{problem text: what a compare's autotune column timed}: STORED where cudal2 dispatched the
+    entry's own autotune call (its column stands in for the baseline, compare_timings), else the
+    row's fresh pick {"data": words, "cublasLt": version} where the row records it (compares from
+    2026-12-05 on); rows that do not are left out (unknown)."""
+    version = (compare_json.get("versions") or {}).get("cublasLt")
+    out = {}
+    for r in compare_json.get("rows", []):
+        if str(r.get("cudal2_via") or "") == AUTOTUNE:
+            out[Problem.of_row(r).text] = STORED
+        elif r.get(f"{AUTOTUNE}_algo"):
+            out[Problem.of_row(r).text] = {"data": [int(w) for w in r[f"{AUTOTUNE}_algo"]], "cublasLt": version}
+    return out
+
+
+def other_algorithm(e: Entry, ran) -> bool:
+    """Whether a compare's autotune column (`ran`, an autotune_algos value) timed another algorithm
+    than the one entry `e` stores and dispatch runs: then it is no evidence for `e`'s call. Why: on
+    the H100 (2026-12-06) 12288x64x1024:nt's stored algorithm beat torch.matmul by 1.058-1.064x in
+    five offline timings, and run 132's compare, whose fresh autotune picked another algorithm,
+    timed that one at 0.903x: counted against the stored call, it kept the entry on torch.matmul.
+    Unknown (no algorithm recorded, or none stored) counts as before."""
+    stored = e.lt_algo or {}
+    if not isinstance(ran, dict) or not stored.get("data"):
+        return False
+    return [int(w) for w in ran["data"]] != [int(w) for w in stored["data"]] or \
+        (ran.get("cublasLt") is not None and ran["cublasLt"] != stored.get("cublasLt"))
+
+
 def add_timings(registry_path, device_key: str, timings: dict,
-                margin: float | None = None) -> list[tuple[Entry, str, str]]:
+                margin: float | None = None, algos: dict | None = None) -> list[tuple[Entry, str, str]]:
     """Give the cuBLAS entries of `device_key` another independent timing of their shape
     ({problem text: {baseline: us}}, e.g. a `cudal2 compare` run's offline medians) and choose
     their call again by evidence.cublas_choice over every timing: a cuBLASLt call must still beat
     torch.matmul by the margin in all of them. Why: on the H200 model set (2026-12-04) a call that
     won by 1.2-1.7% in the three filing timings ran 0.954x of torch.matmul in the compare after.
     An entry filed before dispatch records counts its one recorded timing as the first.
-    `margin`: None keeps each entry's own. Returns (entry, old target, new target) per changed entry."""
+    `margin`: None keeps each entry's own. `algos` ({problem: autotune_algos value}): a timing's
+    autotune column counts only where it timed the entry's stored algorithm (other_algorithm); a
+    timing already held with that column (added before this rule) is repaired in place, so adding
+    the compares on record again corrects the evidence. Returns (entry, old target, new target) per
+    changed entry."""
     if margin is not None and not margin >= 1.0:
         raise RegistryError(f"the cuBLAS margin must be >= 1.0, got {margin}")
     moved: list[tuple[Entry, str, str]] = []
@@ -30,13 +67,29 @@ def add_timings(registry_path, device_key: str, timings: dict,
             return False
         old = e.dispatch or evidence.legacy_choice(e.baselines_us)
         reps = [dict(r) for r in old["repeats"] if r]
-        if dict(t) in reps:           # the same timing twice is not a second run
-            return False
-        e.dispatch = _chosen(reps + [dict(t)], margin or old["margin"], old.get("cold"))
+        raw, ev = dict(t), dict(t)
+        if other_algorithm(e, (algos or {}).get(e.problem)):
+            ev.pop(AUTOTUNE, None)
+        if raw != ev and raw in reps:     # held with another algorithm's column: repair it
+            reps[reps.index(raw)] = ev
+        elif any(_same_run(r, ev) for r in reps):
+            return False                  # the same timing twice is not a second run
+        else:
+            reps.append(ev)
+        e.dispatch = _chosen(reps, margin or old["margin"], old.get("cold"))
         moved.append((e, old["target"], e.dispatch["target"]))
         return True
     Registry.load(registry_path).update(device_key, add)
     return moved
+
+
+def _same_run(a: dict, b: dict) -> bool:
+    """Two timings of one run: equal but for autotune's column, which one of them may have dropped
+    (file-cublas and add-timings keep it out where it timed another algorithm than the stored one).
+    Independent runs agreeing to the nanosecond on every other call are taken as one (less evidence,
+    never a timing counted twice)."""
+    rest = lambda r: {k: v for k, v in r.items() if k != AUTOTUNE}   # noqa: E731
+    return rest(a) == rest(b) and (AUTOTUNE not in a or AUTOTUNE not in b or a[AUTOTUNE] == b[AUTOTUNE])
 
 
 def row_offline(row: dict, names) -> dict:
@@ -158,7 +211,8 @@ def call_timings(compare_json: dict) -> dict:
     return out
 
 
-def call_guard(registry_path, device_key: str, timings: dict, guard: float) -> list[tuple[Entry, str, float]]:
+def call_guard(registry_path, device_key: str, timings: dict, guard: float,
+               algos: dict | None = None) -> list[tuple[Entry, str, float]]:
     """server_guard's rule for cuBLAS entries: the cuBLASLt call an entry dispatches, where it ran
     slower than torch.matmul by more than `guard` in a server-mode compare (`call_timings`), is kept
     out of its choice from then on (the record's "cold"); the entry then dispatches its next
@@ -166,7 +220,9 @@ def call_guard(registry_path, device_key: str, timings: dict, guard: float) -> l
     (2026-12-05, runs 67-68) cuBLASLt calls that had beaten torch.matmul offline by >= 1.01x in
     every timing ran 0.905-0.968x of it with L2 wiped (256x2048x4096:nt, 128x4096x4096:nt,
     4096x256x2048:nt, 4096x256x4096:nt, ...): the bar is that no dispatch measures slower than
-    torch.matmul, and a server meets its weights cold. Returns (entry, call, ratio) per call kept out."""
+    torch.matmul, and a server meets its weights cold. `algos` as in add_timings: an autotune column
+    that timed another algorithm than the stored one is no evidence against it. Returns (entry,
+    call, ratio) per call kept out."""
     if not 0.0 < guard <= 1.0:
         raise RegistryError(f"the server guard is a ratio to torch.matmul in (0, 1], got {guard}")
     out: list[tuple[Entry, str, float]] = []
@@ -175,6 +231,8 @@ def call_guard(registry_path, device_key: str, timings: dict, guard: float) -> l
         t = timings.get(e.problem)
         if e.backend != "cublas" or not t or e.dispatch is None:
             return False
+        if other_algorithm(e, (algos or {}).get(e.problem)):
+            t = {k: v for k, v in t.items() if k != AUTOTUNE}
         changed = False
         while (call := e.dispatch.get("target")) not in (None, "torch") and t.get(call) \
                 and t["torch"] / t[call] < guard:
