@@ -265,7 +265,7 @@ def test_server_guard_stops_a_cublaslt_call_that_lost_cold(tmp_path):
     for p in (cold, warm, other, both):
         reps = [rep(10.6, 10.0, 10.3), rep(10.5, 10.1, 10.3), rep(10.7, 10.2, 10.4)]
         reg.add(Entry(problem=p.text, device="h200-sm90", backend="cublas", time_us=10.0, best_cublas_us=10.0,
-                      baselines_us=reps[0], dispatch=cublas_choice(reps)), None)
+                      baselines_us=reps[0], lt_algo={"data": WORDS, "cublasLt": V}, dispatch=cublas_choice(reps)), None)
     assert all(reg.lookup(p, "h200-sm90").dispatch["target"] == AT for p in (cold, warm, other))
 
     def row(p, via, server_cudal2, server_torch, **server):
@@ -370,3 +370,20 @@ def test_the_server_guard_ignores_another_algorithms_cold_column(tmp_path):
     assert Registry.load(tmp_path).lookup(p, "h200-sm90").dispatch["target"] == AT
     [(e, call, ratio)] = call_guard(tmp_path, "h200-sm90", cold, 0.97, algos={p.text: "stored"})
     assert call == AT and round(ratio, 4) == round(10.0 / 11.0, 4) and e.dispatch["target"] == "torch"
+
+
+def test_an_entry_without_a_stored_algorithm_takes_no_autotune_evidence(tmp_path):
+    """H100 (2026-12-06): 128x16384x128:nt was filed on torch.matmul with no algorithm (its compares'
+    fresh picks differed); later compares' autotune columns, each recording what it timed, moved it
+    to autotune, which dispatch cannot run without the algorithm (torch.matmul ran). A column that
+    says what it timed is no evidence for such an entry; one that does not counts as before."""
+    from cudal2.registry import add_timings
+    p = Problem(128, 16384, 128, "nt")
+    e0 = entry_with(cublas_choice([rep(7.52, 7.26, 7.60)]), algo=False, torch=7.52, **{AT: 7.26})
+    Registry.load(tmp_path, create=True).add(Entry.from_dict({**e0.to_dict(), "problem": p.text}), None)
+    known = {p.text: {"data": WORDS, "cublasLt": V}}
+    [(e, old, new)] = add_timings(tmp_path, "h200-sm90", {p.text: rep(7.62, 7.30, 7.70)}, algos=known)
+    assert (old, new) == ("torch", "torch") and e.dispatch["repeats"][-1] == {"torch": 7.62, HE: 7.70}
+    assert lt_dispatch.choose(e, V)[0] == "torch"
+    [(e, old, new)] = add_timings(tmp_path, "h200-sm90", {p.text: rep(7.46, 7.20, 7.50)})
+    assert new == AT and len(e.dispatch["ratios"][AT]) == 2      # no algorithm recorded: counted

@@ -36,12 +36,22 @@ def other_algorithm(e: Entry, ran) -> bool:
     the H100 (2026-12-06) 12288x64x1024:nt's stored algorithm beat torch.matmul by 1.058-1.064x in
     five offline timings, and run 132's compare, whose fresh autotune picked another algorithm,
     timed that one at 0.903x: counted against the stored call, it kept the entry on torch.matmul.
-    Unknown (no algorithm recorded, or none stored) counts as before."""
+    Unknown (no algorithm recorded, or none stored) counts as before; add_timings adds the case of
+    an entry that stores none (no_algorithm_stored)."""
     stored = e.lt_algo or {}
     if not isinstance(ran, dict) or not stored.get("data"):
         return False
     return [int(w) for w in ran["data"]] != [int(w) for w in stored["data"]] or \
         (ran.get("cublasLt") is not None and ran["cublasLt"] != stored.get("cublasLt"))
+
+
+def no_algorithm_stored(e: Entry, ran) -> bool:
+    """Whether a compare's autotune column (`ran` known: the row says what it timed) is evidence for
+    a call that entry `e` cannot dispatch, having no algorithm stored. Why: four H100 entries filed
+    on torch.matmul (file-cublas: the compares' fresh picks differed, 2026-12-06) were moved to
+    autotune by later compares' columns and dispatched torch.matmul all the same (lt_dispatch blocks
+    the call without its algorithm; on the card the compare's own autotune cache had served it)."""
+    return ran is not None and not (e.lt_algo or {}).get("data")
 
 
 def add_timings(registry_path, device_key: str, timings: dict,
@@ -68,7 +78,8 @@ def add_timings(registry_path, device_key: str, timings: dict,
         old = e.dispatch or evidence.legacy_choice(e.baselines_us)
         reps = [dict(r) for r in old["repeats"] if r]
         raw, ev = dict(t), dict(t)
-        if other_algorithm(e, (algos or {}).get(e.problem)):
+        ran = (algos or {}).get(e.problem)
+        if other_algorithm(e, ran) or no_algorithm_stored(e, ran):
             ev.pop(AUTOTUNE, None)
         if raw != ev and raw in reps:     # held with another algorithm's column: repair it
             reps[reps.index(raw)] = ev
