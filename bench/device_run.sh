@@ -21,7 +21,8 @@ recheck() {
 }
 
 # small_sweep NN_S NT_S: issue 20's coverage pass on an H100, the small grid shapes it runs on
-# torch.matmul (bench/h100_small_nn.txt / _nt.txt, worst first; run 134 swept the first 41 of 125):
+# torch.matmul (bench/h100_small_nn.txt / _nt.txt, worst first; run 134 swept the first 41 of 125;
+# both lists empty since run 145, 2026-12-06 night):
 # bench/sweep_file.sh per layout (the wave model's specs and bench/small_extra.txt's Triton tiled /
 # mma / stream specs, the leads searched and filed in run/registry), then one run.tgz of the whole run/ (adopt it with bench/adopt_runpack.py).
 # Files: nn/ and nt/ (the sweep's CSV / JSON, logs.tgz), run.tgz. A layout given 0 s is skipped.
@@ -248,12 +249,14 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         timeout 440 cudal2 registry verify --gpu --render --record --pending-only --time-limit 380 --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
         tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
       else
-        # runs 140-143 (2026-12-06 evening) timed small nt / skinny nt as dispatched and swept every
-        # small / skinny grid shape the H100 held no entry for; bench/h100_uncovered_{nn,nt}.txt hold
-        # the 77 nn / 41 nt where no spec won (torch.matmul still). Two timings of each as dispatched
-        # (~2 s a shape), for `registry file-cublas` here: a cuBLASLt call where it beats torch.matmul.
-        bash "$0" graph:bench/h100_uncovered_nn.txt:nn:170 graph:bench/h100_uncovered_nn.txt:nn:170:2 \
-          graph:bench/h100_uncovered_nt.txt:nt:100 graph:bench/h100_uncovered_nt.txt:nt:100:2
+        # Run 144 (2026-12-06 night) filed a cuBLAS entry for every small / skinny grid shape the H100
+        # had none for, and runs 145-147 timed small nt / skinny nt as dispatched twice. Small nn (last
+        # timed in run 136, before 30 kernels and ~100 cuBLAS entries were filed) and skinny nn (never
+        # as dispatched on an H100) next; skinny twice (the second for `registry add-timings`). Pace on
+        # a warm H100 (runs 145-147): small ~2 s a shape, skinny ~1.4 s; a cut pass resumes from its
+        # JSON carried back as .runpack/graph_*.json.
+        bash "$0" graph:bench/graph_small_nt.txt:nn:250 graph:bench/graph_skinny.txt:nn:110 \
+          graph:bench/graph_skinny.txt:nn:110:2
       fi ;;
     *)
       echo "unknown stage $stage" ;;
