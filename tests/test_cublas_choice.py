@@ -386,4 +386,17 @@ def test_an_entry_without_a_stored_algorithm_takes_no_autotune_evidence(tmp_path
     assert (old, new) == ("torch", "torch") and e.dispatch["repeats"][-1] == {"torch": 7.62, HE: 7.70}
     assert lt_dispatch.choose(e, V)[0] == "torch"
     [(e, old, new)] = add_timings(tmp_path, "h200-sm90", {p.text: rep(7.46, 7.20, 7.50)})
-    assert new == AT and len(e.dispatch["ratios"][AT]) == 2      # no algorithm recorded: counted
+    assert len(e.dispatch["ratios"][AT]) == 2                    # no algorithm recorded: counted,
+    assert new == "torch" and "won but not runnable" in e.dispatch["why"]    # and still not runnable
+
+
+def test_a_rechosen_record_names_the_call_dispatch_can_run(tmp_path):
+    """add-timings chooses again with autotune kept out where the entry stores no algorithm: the
+    record says the call that runs (H200 2026-12-06: 256x512x256:nn and 64x1024x256:nn said autotune
+    with none stored, and dispatch ran torch.matmul)."""
+    from cudal2.registry import add_timings
+    Registry.load(tmp_path, create=True).add(
+        entry_with(cublas_choice([rep(10.0, 9.0, 9.8), rep(10.1, 9.1, 9.9)]), algo=False, torch=10.0, **{AT: 9.0}), None)
+    [(e, old, new)] = add_timings(tmp_path, "h200-sm90", {"512x512x4096:nn": rep(10.2, 9.2, 10.0)})
+    assert (old, new) == (AT, HE) and "won but not runnable: cublaslt-autotune (no algorithm stored)" in e.dispatch["why"]
+    assert lt_dispatch.choose(e, V)[0] == HE

@@ -87,7 +87,7 @@ def add_timings(registry_path, device_key: str, timings: dict,
             return False                  # the same timing twice is not a second run
         else:
             reps.append(ev)
-        e.dispatch = _chosen(reps, margin or old["margin"], old.get("cold"))
+        e.dispatch = _chosen(e, reps, margin or old["margin"], old.get("cold"))
         moved.append((e, old["target"], e.dispatch["target"]))
         return True
     Registry.load(registry_path).update(device_key, add)
@@ -192,10 +192,15 @@ def kernel_guard(registry_path, device_key: str, timings: dict, guard: float,
     return out
 
 
-def _chosen(repeats: list, margin: float, cold: dict | None) -> dict:
+def _chosen(e: Entry, repeats: list, margin: float, cold: dict | None) -> dict:
     """evidence.cublas_choice over `repeats`, the calls that lost cold (`cold`, {call: why}, from
-    call_guard) kept out and kept in the record, so a later timing does not bring them back."""
-    rec = evidence.cublas_choice(repeats, margin, blocked=cold)
+    call_guard) kept out and kept in the record, so a later timing does not bring them back; and
+    autotune's call kept out where `e` stores no algorithm, so the record names the call dispatch
+    runs (lt_dispatch blocks it there too; see no_algorithm_stored)."""
+    blocked = dict(cold or {})
+    if not (e.lt_algo or {}).get("data"):
+        blocked.setdefault(AUTOTUNE, "no algorithm stored")
+    rec = evidence.cublas_choice(repeats, margin, blocked=blocked)
     if cold:
         rec["cold"] = dict(cold)
     return rec
@@ -249,7 +254,7 @@ def call_guard(registry_path, device_key: str, timings: dict, guard: float,
                 and t["torch"] / t[call] < guard:
             ratio = t["torch"] / t[call]
             cold = {**e.dispatch.get("cold", {}), call: f"server {ratio:.4f}x of torch.matmul under guard {guard}"}
-            e.dispatch = _chosen(e.dispatch["repeats"], e.dispatch["margin"], cold)
+            e.dispatch = _chosen(e, e.dispatch["repeats"], e.dispatch["margin"], cold)
             out.append((e, call, ratio))
             changed = True
         return changed
