@@ -22,10 +22,9 @@ from __future__ import annotations
 from ..problems import Problem
 from . import evidence
 from .entry import Entry, RegistryError, check_margin
+from .evidence import AUTOTUNE
 from .index import Registry
 from .timings import row_offline
-
-AUTOTUNE = "cublaslt-autotune"
 
 
 def fill_cublas(registry, compares: list[dict], margin: float = evidence.CUBLAS_MARGIN,

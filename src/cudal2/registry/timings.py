@@ -8,10 +8,9 @@ from __future__ import annotations
 from ..problems import Problem
 from . import evidence
 from .entry import Entry, RegistryError
+from .evidence import AUTOTUNE
 from .index import Registry
 
-
-AUTOTUNE = "cublaslt-autotune"
 STORED = "stored"
 
 
