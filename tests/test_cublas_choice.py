@@ -400,3 +400,37 @@ def test_a_rechosen_record_names_the_call_dispatch_can_run(tmp_path):
     [(e, old, new)] = add_timings(tmp_path, "h200-sm90", {"512x512x4096:nn": rep(10.2, 9.2, 10.0)})
     assert (old, new) == (AT, HE) and "won but not runnable: cublaslt-autotune (no algorithm stored)" in e.dispatch["why"]
     assert lt_dispatch.choose(e, V)[0] == HE
+
+
+def test_rechoose_repairs_a_record_that_names_a_call_dispatch_cannot_run(tmp_path):
+    """`cudal2 registry rechoose` chooses again over the timings an entry holds, by today's rule:
+    a record filed before the rule (autotune chosen, no algorithm stored; H200 256x512x256:nn and
+    64x1024x256:nn, 2026-12-06) names the call dispatch runs afterwards, with no new timing; `verify`
+    names such a record bad until then; a record already right is left alone (not rewritten)."""
+    from typer.testing import CliRunner
+
+    from cudal2.cli import app
+    from cudal2.registry import rechoose
+    reg = tmp_path / "reg"
+    stale = cublas_choice([rep(10.0, 9.0, 9.8), rep(10.1, 9.1, 9.9)])          # autotune, no block
+    Registry.load(reg, create=True).add(entry_with(stale, algo=False, torch=10.0, **{AT: 9.0}), None)
+    right = cublas_choice([rep(10.0, 9.0), rep(10.1, 9.1)])
+    Registry.load(reg).add(Entry.from_dict({**entry_with(right, torch=10.0, **{AT: 9.0}).to_dict(),
+                                            "problem": "256x256x4096:nn"}), None)
+    bad = [r for r in Registry.load(reg).verify(gpu=False) if not r.ok]
+    assert [r.entry for r in bad] == ["h200-sm90/512x512x4096:nn"] and "stores no algorithm" in bad[0].reason
+    assert lt_dispatch.choose(Registry.load(reg).lookup(Problem(512, 512, 4096), "h200-sm90"), V)[0] == HE
+    r = CliRunner().invoke(app, ["registry", "rechoose", "--registry", str(reg)])
+    assert r.exit_code == 0, r.output
+    assert "h200-sm90/512x512x4096:nn: cublaslt-autotune -> cublaslt-heuristic" in r.output
+    assert "h200-sm90: 1 cuBLAS entries chosen otherwise" in r.output
+    e = Registry.load(reg).lookup(Problem(512, 512, 4096), "h200-sm90")
+    assert e.dispatch["target"] == HE == lt_dispatch.choose(e, V)[0]          # record = what runs
+    assert e.dispatch["repeats"] == stale["repeats"]                             # no timing added
+    assert "won but not runnable: cublaslt-autotune (no algorithm stored)" in e.dispatch["why"]
+    assert all(r.ok for r in Registry.load(reg).verify(gpu=False))
+    assert rechoose(reg, "h200-sm90") == []                                      # nothing left to move
+    r = CliRunner().invoke(app, ["registry", "rechoose", "--registry", str(reg), "--device", "h100-sm90"])
+    assert r.exit_code == 1 and "no entries for device 'h100-sm90'" in r.output
+    r = CliRunner().invoke(app, ["registry", "rechoose"])
+    assert r.exit_code == 1 and "shipped registry is read-only" in r.output

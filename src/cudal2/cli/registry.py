@@ -372,6 +372,29 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
         typer.echo(f"{device}: --server-guard {guard}: {len(calls)} cuBLASLt calls no longer dispatched")
 
 
+def rechoose_cmd(registry: Optional[str] = _REG_OPT, device: Optional[str] = _DEV_OPT) -> None:
+    """Choose each cuBLAS entry's call again over the timings it holds, by today's rule (no new
+    timing): repairs records a later rule would judge otherwise, e.g. autotune with no algorithm."""
+    from .errors import fail
+    from ..registry import RegistryError, rechoose
+    reg = _load(registry)
+    if reg.shipped:
+        fail("the shipped registry is read-only here: export it, rechoose the copy, ship that", code=1)
+        return
+    if device and device not in reg.entries:
+        fail(f"no entries for device {device!r} in {reg.root} (it has: {', '.join(sorted(reg.entries)) or 'none'})",
+             code=1)
+        return
+    try:
+        for dev in [device] if device else sorted(reg.entries):
+            moved = rechoose(reg.root, dev)
+            for e, old, new in moved:
+                typer.echo(f"{e.key}: {old} -> {new} ({e.dispatch['why']})")
+            typer.echo(f"{dev}: {len(moved)} cuBLAS entries chosen otherwise")
+    except RegistryError as e:
+        fail(str(e), code=1)
+
+
 def register(app) -> None:
     reg_app = typer.Typer(no_args_is_help=True, help="Inspect, verify and export the kernel registry.")
     reg_app.command("list")(list_cmd)
@@ -382,6 +405,7 @@ def register(app) -> None:
     reg_app.command("apply-margin")(apply_margin_cmd)
     reg_app.command("rerender")(rerender_cmd)
     reg_app.command("add-timings")(add_timings_cmd)
+    reg_app.command("rechoose")(rechoose_cmd)
     from .transfer import transfer_cmd
     reg_app.command("transfer")(transfer_cmd)
     from .file_cublas import file_cublas_cmd

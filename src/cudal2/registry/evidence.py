@@ -180,3 +180,12 @@ def scope_worst(scope: dict) -> float:
 def scope_size(scope: dict, problem: Problem) -> float:
     """log2 volume of the box: among scopes that hold a shape, the tightest is the closest evidence."""
     return sum(math.log2(hi / lo) for lo, hi in box(scope, problem).values())
+
+
+def unrunnable_record(e) -> str | None:
+    """Why a cuBLAS entry's dispatch record names a call dispatch can never run with its stored
+    evidence (None if it does not): autotune with no algorithm stored. `registry verify` reports
+    it; `registry rechoose` repairs it."""
+    if e.backend == "cublas" and (e.dispatch or {}).get("target") == AUTOTUNE and not (e.lt_algo or {}).get("data"):
+        return f"its record dispatches {AUTOTUNE} but stores no algorithm (torch.matmul runs)"
+    return None

@@ -191,6 +191,32 @@ def kernel_guard(registry_path, device_key: str, timings: dict, guard: float,
     return out
 
 
+def rechoose(registry_path, device_key: str) -> list[tuple[Entry, str, str]]:
+    """Choose every cuBLAS entry's call of `device_key` again over the timings it already holds, by
+    today's rule (`_chosen`: the calls that lost cold and, where no algorithm is stored, autotune
+    kept out), with its own margin. Why: a rule added after an entry was last timed reaches it
+    only when a compare of its shape is added; on the H200 (2026-12-06) 256x512x256:nn and
+    64x1024x256:nn kept records naming cuBLASLt autotune with no algorithm stored, so dispatch ran
+    torch.matmul under a record that said otherwise, and no H200 compare on record timed them
+    again. Entries with no dispatch record (filed before records) are left as they are: their one
+    timing has no repeats to choose over. Returns (entry, old target, new target) per entry whose
+    record changed."""
+    moved: list[tuple[Entry, str, str]] = []
+
+    def again(e: Entry) -> bool:
+        old = e.dispatch
+        if e.backend != "cublas" or not old or not old.get("repeats"):
+            return False
+        new = _chosen(e, [dict(r) for r in old["repeats"] if r], old["margin"], old.get("cold"))
+        if all(new.get(k) == old.get(k) for k in ("target", "qualified")):
+            return False
+        e.dispatch = new
+        moved.append((e, old["target"], new["target"]))
+        return True
+    Registry.load(registry_path).update(device_key, again)
+    return moved
+
+
 def _chosen(e: Entry, repeats: list, margin: float, cold: dict | None) -> dict:
     """evidence.cublas_choice over `repeats`, the calls that lost cold (`cold`, {call: why}, from
     call_guard) kept out and kept in the record, so a later timing does not bring them back; and

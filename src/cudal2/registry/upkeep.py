@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .disk import atomic_write, locked
+from .evidence import unrunnable_record
 from .entry import SUFFIX, Entry, RegistryError, sha256_text, target_for_key
 
 
@@ -147,7 +148,9 @@ def verify(reg, gpu: bool | None = None, render: bool = False, pending_only: boo
     for e in reg.all():
         try:
             if e.backend == "cublas":
-                out.append(VerifyResult(e.key, True, "cublas winner (no source)"))
+                why = unrunnable_record(e)
+                out.append(VerifyResult(e.key, why is None, f"{e.key}: {why}: cudal2 registry rechoose"
+                                        if why else "cublas winner (no source)"))
                 continue
             reg.read_source(e)
             spec = KernelSpec.parse(e.spec)
