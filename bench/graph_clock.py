@@ -15,6 +15,14 @@ use the legacy default stream; the cuBLAS handle keeps the stream of its prepare
 interleaved by the offline loop and by graph replays. Writes graph_clock_<card>_<commit>.csv (a row
 per shape: each candidate's µs per clock, best-cublas per clock, filed and PDL over best-cublas per
 clock) and .json (the command, versions, rows, the geomean per class and layout), after every shape.
+
+--lost: the card's cuBLAS entries of those classes instead, each with the best kernel its search
+measured and did not file (times.best_kernel_spec: it lost the offline filing, by the 1.01x margin or
+outright), timed as "lost" beside the baselines on both clocks (no variant unless asked). Why: the
+search files by the offline clock, whose event after every call costs a ~5 us kernel ~2 us (H100
+2026-12-06, run 123) and takes PDL's overlap away; whether the shapes dispatched to cuBLAS hold
+kernels that win where calls run back to back is this table (H100 run 140: the 48 small nt shapes
+on torch.matmul were 0.983x best-cublas on either clock).
 """
 from __future__ import annotations
 
@@ -68,7 +76,28 @@ def triton_variant(spec, p, dev, defines: dict):
     return tb.load(tb.compile(spec, p, dev), pdl=bool(defines["PDL"]))
 
 
-def bench_shape(e, dev, args, variants: dict[str, dict]) -> dict:
+class Lost:
+    """A cuBLAS entry seen as the kernel its search measured best and did not file (--lost)."""
+
+    def __init__(self, e):
+        self.problem, self.prob, self.spec = e.problem, e.prob, e.times["best_kernel_spec"]
+        self.time_us = e.times.get("best_kernel_us")
+
+
+def lost_entries(registry, device_key: str, layouts, classes, families) -> list:
+    """--lost: the cuBLAS entries of the layouts and classes with a best lost kernel of the families."""
+    from cudal2.stats import shape_class
+    out = []
+    for e in sorted(registry.all(device_key), key=lambda e: e.problem):
+        spec = (e.times or {}).get("best_kernel_spec") or ""
+        if e.backend != "cublas" or not any(f" family={f} " in f" {spec} " for f in families):
+            continue
+        if e.prob.layout in layouts and shape_class(e.prob.M, e.prob.N, e.prob.K) in classes:
+            out.append(Lost(e))
+    return out
+
+
+def bench_shape(e, dev, args, variants: dict[str, dict], first: str = "filed") -> dict:
     import torch
 
     from cudal2 import baselines, timing, timing_graph
@@ -79,7 +108,7 @@ def bench_shape(e, dev, args, variants: dict[str, dict]) -> dict:
     p, spec = e.prob, KernelSpec.parse(e.spec)
     row = {"problem": p.text, "layout": p.layout, "class": shape_class(p.M, p.N, p.K), "spec": e.spec,
            "filed_at_us": e.time_us}
-    ks = {"filed": build_kernel(spec, p, dev)}
+    ks = {first: build_kernel(spec, p, dev)}
     ks.update({n: (triton_variant(spec, p, dev, d) if spec.backend == "triton" else build_variant(spec, p, dev, prefix(d)))
                for n, d in variants.items()})
     for n, k in ks.items():
@@ -120,6 +149,8 @@ def main(argv=None) -> int:
     ap.add_argument("--min-ms", type=float, default=15.0, help="offline timing per candidate, at least")
     ap.add_argument("--replays", type=int, default=30, help="graph replays per candidate")
     ap.add_argument("--max-seconds", type=float, default=300.0, help="start no shape after this many seconds")
+    ap.add_argument("--lost", action="store_true", help="time the cuBLAS entries' best lost kernels instead "
+                    "of the filed kernels (see the module's text)")
     args = ap.parse_args(argv)
     from cudal2.stats import SHAPE_CLASSES
     layouts = [x for x in args.layouts.split(",") if x]
@@ -130,7 +161,7 @@ def main(argv=None) -> int:
         ap.error(f"--layouts from nn,nt; --classes from {','.join(SHAPE_CLASSES)}; --per-class >= 1; "
                  "--families from wgmma,mma,stream,tiled")
     try:
-        variants = {variant_name(d): d for d in map(parse_variant, args.variant or ["PDL=1"])}
+        variants = {variant_name(d): d for d in map(parse_variant, args.variant or ([] if args.lost else ["PDL=1"]))}
     except ValueError as ex:
         ap.error(str(ex))
     t0 = time.monotonic()
@@ -143,12 +174,14 @@ def main(argv=None) -> int:
     from cudal2.report import write_rows_csv
     from cudal2.versions import collect, source_commit
     dev = current()
-    todo = [e for e in entries(Registry.load(None), dev.key, layouts, classes, 1, families)
-            if not args.max_us or (e.time_us and e.time_us <= args.max_us)]
+    reg = Registry.load(None)
+    found = lost_entries(reg, dev.key, layouts, classes, families) if args.lost else \
+        entries(reg, dev.key, layouts, classes, 1, families)
+    todo = [e for e in found if not args.max_us or (e.time_us and e.time_us <= args.max_us)]
     todo = pick(todo, args.per_class)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = f"graph_clock_{dev.key}_{source_commit()}"
+    tag = f"graph_clock{'_lost' if args.lost else ''}_{dev.key}_{source_commit()}"
     meta = {"command": " ".join([sys.executable, *sys.argv]), "device": dev.key, "versions": collect(),
             "shapes": len(todo), "variants": variants}
     rows: list[dict] = []
@@ -159,7 +192,7 @@ def main(argv=None) -> int:
                 meta["stopped_early"] = f"{i} of {len(todo)}"
                 break
             try:
-                row = bench_shape(e, dev, args, variants)
+                row = bench_shape(e, dev, args, variants, "lost" if args.lost else "filed")
             except Exception as ex:          # one shape's failure is a row, not an outage
                 row = {"problem": e.problem, "spec": e.spec, "note": f"{type(ex).__name__}: {str(ex)[:200]}"}
             rows.append(row)

@@ -56,3 +56,26 @@ def test_triton_variant_is_pdl_on_or_off_only():
     for bad in ({"PDL": 2}, {"EPI_WIDE": 1}, {"PDL": 1, "A_TRIM": 0}):
         with pytest.raises(ValueError, match="PDL=0 or PDL=1"):
             gc.triton_variant(spec, Problem.parse("64x64x64:nt"), DeviceInfo.target("sm_90a"), bad)
+
+
+def test_lost_takes_the_cublas_entries_best_unfiled_kernel(tmp_path):
+    """--lost: a cuBLAS entry of the classes and layouts asked, with a best lost kernel of the
+    families asked, is timed as that kernel; kernel entries, other classes / layouts / families and
+    cuBLAS entries with no kernel measured are left out."""
+    from cudal2.registry import Entry, Registry
+    wg = "backend=cuda family=wgmma bm=64 bn=64 bk=64 warps=8 stages=6 split_k=1 subtile=1 warp_spec=1 cluster=1"
+    tl = "backend=triton family=tiled bm=64 bn=64 bk=32 warps=4 stages=3"
+
+    def cub(shape, spec):
+        times = {"best_kernel_spec": spec, "best_kernel_us": 5.5} if spec else {}
+        return Entry(problem=shape, device="h200-sm90", backend="cublas", time_us=5.6, best_cublas_us=5.6,
+                     baselines_us={"torch": 5.6}, times=times)
+    reg = Registry.load(tmp_path, create=True)
+    for shape, spec in (("256x512x256:nn", wg), ("512x512x512:nt", tl), ("128x128x128:nn", None),
+                        ("4096x4096x4096:nn", wg), ("64x64x64:nt", wg)):
+        reg.add(cub(shape, spec), None)
+    got = gc.lost_entries(Registry.load(tmp_path), "h200-sm90", ["nn"], ["small"], ["wgmma"])
+    assert [(e.problem, e.spec, e.time_us) for e in got] == [("256x512x256:nn", wg, 5.5)]
+    got = gc.lost_entries(Registry.load(tmp_path), "h200-sm90", ["nt"], ["small"], ["wgmma", "tiled"])
+    assert sorted(e.problem for e in got) == ["512x512x512:nt", "64x64x64:nt"]
+    assert gc.lost_entries(Registry.load(tmp_path), "h100-sm90", ["nn", "nt"], ["small"], ["wgmma"]) == []
