@@ -21,8 +21,9 @@ measured and did not file (times.best_kernel_spec: it lost the offline filing, b
 outright), timed as "lost" beside the baselines on both clocks (no variant unless asked). Why: the
 search files by the offline clock, whose event after every call costs a ~5 us kernel ~2 us (H100
 2026-12-06, run 123) and takes PDL's overlap away; whether the shapes dispatched to cuBLAS hold
-kernels that win where calls run back to back is this table (H100 run 140: the 48 small nt shapes
-on torch.matmul were 0.983x best-cublas on either clock).
+kernels that win where calls run back to back is this table (H100 run 127: the 48 small nt shapes
+on torch.matmul were 0.983x best-cublas on either clock). H100 run 148 (2026-12-06): the 13 small
+ones' lost kernels 1.011x best-cublas offline, 1.086x on the graph clock; the 26 skinny 0.983 / 1.003.
 """
 from __future__ import annotations
 

@@ -187,5 +187,5 @@ def unrunnable_record(e) -> str | None:
     evidence (None if it does not): autotune with no algorithm stored. `registry verify` reports
     it; `registry rechoose` repairs it."""
     if e.backend == "cublas" and (e.dispatch or {}).get("target") == AUTOTUNE and not (e.lt_algo or {}).get("data"):
-        return f"its record dispatches {AUTOTUNE} but stores no algorithm (torch.matmul runs)"
+        return f"its record dispatches {AUTOTUNE} but stores no algorithm (dispatch runs its next qualified call)"
     return None
