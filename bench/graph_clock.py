@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cta_timeline import build_variant, prefix  # noqa: E402
-from variant_sweep import entries, parse_variant, variant_name  # noqa: E402
+from variant_sweep import entries, parse_variant, variant_name, wanted  # noqa: E402
 
 BASELINES = {"nn": ("torch", "cublas-nn", "cublaslt-heuristic", "cublaslt-autotune"),
              "nt": ("torch", "cublas-tn", "cublaslt-heuristic", "cublaslt-autotune")}
@@ -87,15 +87,9 @@ class Lost:
 
 def lost_entries(registry, device_key: str, layouts, classes, families) -> list:
     """--lost: the cuBLAS entries of the layouts and classes with a best lost kernel of the families."""
-    from cudal2.stats import shape_class
-    out = []
-    for e in sorted(registry.all(device_key), key=lambda e: e.problem):
-        spec = (e.times or {}).get("best_kernel_spec") or ""
-        if e.backend != "cublas" or not any(f" family={f} " in f" {spec} " for f in families):
-            continue
-        if e.prob.layout in layouts and shape_class(e.prob.M, e.prob.N, e.prob.K) in classes:
-            out.append(Lost(e))
-    return out
+    return [Lost(e) for e in sorted(registry.all(device_key), key=lambda e: e.problem)
+            if e.backend == "cublas" and wanted(e.prob, (e.times or {}).get("best_kernel_spec") or "", layouts,
+                                                classes, families)]
 
 
 def bench_shape(e, dev, args, variants: dict[str, dict], first: str = "filed") -> dict:

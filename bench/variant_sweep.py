@@ -47,15 +47,15 @@ def variant_name(defines: dict[str, int]) -> str:
 def entries(registry, device_key: str, layouts, classes, stride: int, families=("wgmma",)) -> list:
     """The registry's kernel entries of the families (wgmma; a Triton family such as tiled for
     bench/graph_clock.py), layouts and shape classes asked for, every stride-th."""
+    return [e for e in sorted(registry.all(device_key), key=lambda e: e.problem)
+            if e.backend in ("cuda", "triton") and wanted(e.prob, e.spec, layouts, classes, families)][::stride]
+
+
+def wanted(prob, spec: str, layouts, classes, families) -> bool:
+    """A kernel spec of one of `families` at a problem of `layouts` and shape `classes` (all if empty)."""
     from cudal2.stats import shape_class
-    out = []
-    for e in sorted(registry.all(device_key), key=lambda e: e.problem):
-        if e.backend not in ("cuda", "triton") or not any(f" family={f} " in f" {e.spec} " for f in families):
-            continue
-        p = e.prob
-        if p.layout in layouts and (not classes or shape_class(p.M, p.N, p.K) in classes):
-            out.append(e)
-    return out[::stride]
+    return any(f" family={f} " in f" {spec} " for f in families) and prob.layout in layouts and \
+        (not classes or shape_class(prob.M, prob.N, prob.K) in classes)
 
 
 def summarize(rows: list[dict], names: list[str]) -> dict:

@@ -21,14 +21,14 @@ from .entry import (BACKENDS, FORMAT, SUFFIX, VERSION, Entry, RegistryError, che
 from .index import ENV, Registry, default_root, log_distance, shipped_root
 from .upkeep import VerifyResult, check_render
 from .evidence import (CUBLAS_MARGIN, DISPATCH_TARGETS, cublas_choice, legacy_choice, qualified_calls,
-                       scope_problems, unrunnable_record)
+                       scope_problems, unrunnable_calls, unrunnable_record)
 from .record import lost_cold, record_cublas, record_scope, record_winner
 from .timings import (add_timings, autotune_algos, call_guard, call_timings, compare_timings, offline_guard,
                       offline_kernel_timings, rechoose, server_guard, server_timings)
 
 # Every public name, so `from cudal2.registry import X` keeps working for all callers.
 __all__ = ["CUBLAS_MARGIN", "DISPATCH_TARGETS", "add_timings", "autotune_algos", "call_guard", "call_timings", "compare_timings",
-           "cublas_choice", "lost_cold", "server_guard", "server_timings", "offline_guard", "offline_kernel_timings", "rechoose", "unrunnable_record",
+           "cublas_choice", "lost_cold", "server_guard", "server_timings", "offline_guard", "offline_kernel_timings", "rechoose", "unrunnable_calls", "unrunnable_record",
            "legacy_choice", "record_scope", "scope_problems", "BACKENDS", "ENV", "FORMAT", "SUFFIX",
            "VERSION", "Entry", "Registry", "RegistryError", "VerifyResult", "check_margin", "check_render",
            "default_root", "log_distance", "record_cublas", "record_winner", "sha256_text", "shipped_root",

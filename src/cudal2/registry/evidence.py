@@ -182,10 +182,17 @@ def scope_size(scope: dict, problem: Problem) -> float:
     return sum(math.log2(hi / lo) for lo, hi in box(scope, problem).values())
 
 
+def unrunnable_calls(e) -> dict:
+    """{call: why} of the dispatch targets cuBLAS entry `e` can never run with what it stores:
+    cuBLASLt autotune without its algorithm. The record keeps them out of its choice
+    (timings._chosen), as lt_dispatch.choose does, so the record names the call that runs."""
+    return {} if (e.lt_algo or {}).get("data") else {AUTOTUNE: "no algorithm stored"}
+
+
 def unrunnable_record(e) -> str | None:
-    """Why a cuBLAS entry's dispatch record names a call dispatch can never run with its stored
-    evidence (None if it does not): autotune with no algorithm stored. `registry verify` reports
-    it; `registry rechoose` repairs it."""
-    if e.backend == "cublas" and (e.dispatch or {}).get("target") == AUTOTUNE and not (e.lt_algo or {}).get("data"):
-        return f"its record dispatches {AUTOTUNE} but stores no algorithm (dispatch runs its next qualified call)"
-    return None
+    """Why a cuBLAS entry's dispatch record names a call it can never run (unrunnable_calls), None if
+    it does not. `registry verify` reports it; `registry rechoose` repairs it."""
+    target = (e.dispatch or {}).get("target")
+    why = unrunnable_calls(e).get(target) if e.backend == "cublas" else None
+    return f"its record dispatches {target} but stores no algorithm (dispatch runs its next qualified call)" \
+        if why else None

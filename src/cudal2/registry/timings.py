@@ -50,7 +50,7 @@ def no_algorithm_stored(e: Entry, ran) -> bool:
     on torch.matmul (file-cublas: the compares' fresh picks differed, 2026-12-06) were moved to
     autotune by later compares' columns and dispatched torch.matmul all the same (lt_dispatch blocks
     the call without its algorithm; on the card the compare's own autotune cache had served it)."""
-    return ran is not None and not (e.lt_algo or {}).get("data")
+    return ran is not None and AUTOTUNE in evidence.unrunnable_calls(e)
 
 
 def add_timings(registry_path, device_key: str, timings: dict,
@@ -221,11 +221,8 @@ def _chosen(e: Entry, repeats: list, margin: float, cold: dict | None) -> dict:
     """evidence.cublas_choice over `repeats`, the calls that lost cold (`cold`, {call: why}, from
     call_guard) kept out and kept in the record, so a later timing does not bring them back; and
     autotune's call kept out where `e` stores no algorithm, so the record names the call dispatch
-    runs (lt_dispatch blocks it there too; see no_algorithm_stored)."""
-    blocked = dict(cold or {})
-    if not (e.lt_algo or {}).get("data"):
-        blocked.setdefault(AUTOTUNE, "no algorithm stored")
-    rec = evidence.cublas_choice(repeats, margin, blocked=blocked)
+    runs (evidence.unrunnable_calls, which lt_dispatch blocks too)."""
+    rec = evidence.cublas_choice(repeats, margin, blocked={**evidence.unrunnable_calls(e), **(cold or {})})
     if cold:
         rec["cold"] = dict(cold)
     return rec
