@@ -4,7 +4,7 @@
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
-# small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS] next.
+# small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] next.
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -226,14 +226,20 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         --time-limit $((gsecs - 20)) 2>&1 | tail -12
       gzip -c "$gjson" >"$OUT/$(basename "$gjson").gz" ;;
     lost:*)
-      # lost:CLASSES:LAYOUTS[:SECONDS] (default 240): bench/graph_clock.py --lost, the card's cuBLAS
-      # entries of CLASSES (e.g. small,skinny) with the best kernel their search measured and did not
-      # file, on both clocks beside the baselines (~2-3 s a shape): does a shape the offline clock
-      # gave to cuBLAS hold a kernel that wins where calls run back to back (graph replays)?
-      IFS=: read -r _ lclasses llays lsecs <<<"$stage"
-      timeout $((${lsecs:-240} + 40)) python3 bench/graph_clock.py --out "$OUT" --lost --classes "$lclasses" \
-        --layouts "$llays" --per-class 400 --families wgmma,mma,stream,tiled --max-seconds "${lsecs:-240}" \
-        2>&1 | tail -6 ;;
+      # lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] (default 240 s, tag 1): bench/graph_clock.py --lost
+      # --server, the card's cuBLAS entries of CLASSES (e.g. small,skinny) with the best kernel their
+      # search measured and did not file, on the offline, graph and server clocks beside the
+      # baselines (~3 s a shape): does a shape the offline clock gave to cuBLAS hold a kernel that
+      # wins where calls run back to back (graph replays)? Two tags are two independent timings,
+      # what `cudal2 registry file-graph` files from. A cut pass resumes from its JSON carried back
+      # as .runpack/lost_CARD_TAG.json.gz (CARD: h200-sm90 / h100-sm90).
+      IFS=: read -r _ lclasses llays lsecs ltag <<<"$stage"
+      lres=.runpack/lost_${CARD_KEY:-none}_${ltag:-1}.json.gz; largs=()
+      [ -f "$lres" ] && largs=(--resume "$lres")
+      timeout $((${lsecs:-240} + 40)) python3 bench/graph_clock.py --out "$OUT" --lost --server \
+        --classes "$lclasses" --layouts "$llays" --per-class 400 --families wgmma,mma,stream,tiled \
+        --max-seconds "${lsecs:-240}" --tag "${ltag:-1}" "${largs[@]}" 2>&1 | tail -6
+      for f in "$OUT"/graph_clock_lost_*_"${ltag:-1}".json; do [ -f "$f" ] && gzip -f "$f"; done ;;
     small-sweep|small-sweep:*)
       # small-sweep[:NN_S[:NT_S]] (defaults 120, 80): issue 20's coverage pass on an H100 (small_sweep above)
       IFS=: read -r _ s_nn s_nt <<<"$stage"; small_sweep "${s_nn:-120}" "${s_nt:-80}" ;;

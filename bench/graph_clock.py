@@ -40,7 +40,6 @@ from variant_sweep import entries, parse_variant, variant_name, wanted  # noqa: 
 
 BASELINES = {"nn": ("torch", "cublas-nn", "cublaslt-heuristic", "cublaslt-autotune"),
              "nt": ("torch", "cublas-tn", "cublaslt-heuristic", "cublaslt-autotune")}
-CLOCKS = ("offline", "graph")
 
 
 def pick(todo: list, per_class: int) -> list:
@@ -67,6 +66,19 @@ def summarize(rows: list[dict]) -> dict:
     return {g: {k: {"n": len(v), "geomean": round(geomean(v), 4),
                     "worst": min(v), "wins": sum(x > 1.0 for x in v)} for k, v in per.items()}
             for g, per in out.items()}
+
+
+def resumed_rows(path: str, lost: bool) -> tuple[str | None, list[dict]]:
+    """The card and the timed rows of an earlier run of this command (a failed shape's row is timed
+    again)."""
+    from cudal2.report import load_json
+    doc = load_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+        raise ValueError("not a graph_clock JSON (no rows)")
+    if bool(doc.get("lost")) != lost:
+        raise ValueError(f"it was {'' if doc.get('lost') else 'not '}a --lost run; this one is "
+                         f"{'' if lost else 'not '}")
+    return doc.get("device"), [r for r in doc["rows"] if "note" not in r]
 
 
 def triton_variant(spec, p, dev, defines: dict):
@@ -119,14 +131,20 @@ def bench_shape(e, dev, args, variants: dict[str, dict], first: str = "filed") -
         row["baselines_missing"] = "; ".join(f"{k}: {v[:60]}" for k, v in reasons.items())
     st = {"offline": timing.offline(fns, min_ms=args.min_ms),
           "graph": timing_graph.graph(fns, replays=args.replays)}
-    for clock in CLOCKS:
-        for n, s in st[clock].items():
-            row[f"{n} {clock} us"] = round(s.median_us, 3)
-        best_name, best_us = baselines.best(st[clock])
+    if args.server:
+        st["server"] = timing.server(fns, calls=args.server_calls)
+    for clock, stats in st.items():
+        # PROTOCOL: the offline and graph clocks report medians, server mode (cold L2) the mean
+        us = {n: (s.mean_us if clock == "server" else s.median_us) for n, s in stats.items()}
+        for n, t in us.items():
+            row[f"{n} {clock} us"] = round(t, 3)
+        best_name = min((n for n in us if n in baselines.NAMES), key=us.get)
         row[f"best-cublas {clock}"] = best_name
-        row[f"best-cublas {clock} us"] = round(best_us, 3)
+        row[f"best-cublas {clock} us"] = round(us[best_name], 3)
         for n in ks:
-            row[f"{n} {clock} / best-cublas"] = round(best_us / st[clock][n].median_us, 4)
+            row[f"{n} {clock} / best-cublas"] = round(us[best_name] / us[n], 4)
+            if clock == "server" and "torch" in us:      # the server guard's ratio (add-timings)
+                row[f"{n} server / torch"] = round(us["torch"] / us[n], 4)
     return row
 
 
@@ -146,15 +164,28 @@ def main(argv=None) -> int:
     ap.add_argument("--max-seconds", type=float, default=300.0, help="start no shape after this many seconds")
     ap.add_argument("--lost", action="store_true", help="time the cuBLAS entries' best lost kernels instead "
                     "of the filed kernels (see the module's text)")
+    ap.add_argument("--server", action="store_true", help="also time server mode (cold L2, random idle gaps; "
+                    "PROTOCOL's mean): the ratio `cudal2 registry file-graph` guards with")
+    ap.add_argument("--server-calls", type=int, default=50, help="server-mode calls per candidate")
+    ap.add_argument("--tag", default="", help="appended to the output files' name: a second timing of the "
+                    "same shapes at the same commit gets its own CSV / JSON")
+    ap.add_argument("--resume", metavar="JSON", help="an earlier output of this command on this card "
+                    "(.json or .json.gz): its rows are kept and their shapes not timed again")
     args = ap.parse_args(argv)
     from cudal2.stats import SHAPE_CLASSES
     layouts = [x for x in args.layouts.split(",") if x]
     classes = [x for x in args.classes.split(",") if x]
     families = [x for x in args.families.split(",") if x]
     if not set(layouts) <= {"nn", "nt"} or not set(classes) <= set(SHAPE_CLASSES) or args.per_class < 1 \
-            or not families or not set(families) <= {"wgmma", "mma", "stream", "tiled"}:
+            or not families or not set(families) <= {"wgmma", "mma", "stream", "tiled"} or args.server_calls < 1:
         ap.error(f"--layouts from nn,nt; --classes from {','.join(SHAPE_CLASSES)}; --per-class >= 1; "
-                 "--families from wgmma,mma,stream,tiled")
+                 "--families from wgmma,mma,stream,tiled; --server-calls >= 1")
+    if args.tag and not args.tag.replace("-", "").replace("_", "").isalnum():
+        ap.error(f"--tag is letters, digits, - and _ (it names files), got {args.tag!r}")
+    try:
+        done_dev, done = resumed_rows(args.resume, args.lost) if args.resume else (None, [])
+    except (OSError, ValueError) as ex:
+        ap.error(f"--resume {args.resume}: {ex}")
     try:
         variants = {variant_name(d): d for d in map(parse_variant, args.variant or ([] if args.lost else ["PDL=1"]))}
     except ValueError as ex:
@@ -174,17 +205,21 @@ def main(argv=None) -> int:
         entries(reg, dev.key, layouts, classes, 1, families)
     todo = [e for e in found if not args.max_us or (e.time_us and e.time_us <= args.max_us)]
     todo = pick(todo, args.per_class)
+    if done and done_dev != dev.key:
+        ap.error(f"--resume {args.resume}: its rows were timed on another card than {dev.key}")
+    seen = {r["problem"] for r in done}
+    todo = [e for e in todo if e.problem not in seen]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = f"graph_clock{'_lost' if args.lost else ''}_{dev.key}_{source_commit()}"
+    tag = f"graph_clock{'_lost' if args.lost else ''}_{dev.key}_{source_commit()}{'_' + args.tag if args.tag else ''}"
     meta = {"command": " ".join([sys.executable, *sys.argv]), "device": dev.key, "versions": collect(),
-            "shapes": len(todo), "variants": variants}
-    rows: list[dict] = []
+            "lost": args.lost, "shapes": len(todo) + len(done), "resumed": len(done), "variants": variants}
+    rows: list[dict] = list(done)
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):           # capture needs a side stream; baselines bind to it
         for i, e in enumerate(todo):
             if time.monotonic() - t0 > args.max_seconds:
-                meta["stopped_early"] = f"{i} of {len(todo)}"
+                meta["stopped_early"] = f"{i + len(done)} of {len(todo) + len(done)}"
                 break
             try:
                 row = bench_shape(e, dev, args, variants, "lost" if args.lost else "filed")

@@ -410,6 +410,8 @@ def register(app) -> None:
     reg_app.command("transfer")(transfer_cmd)
     from .file_cublas import file_cublas_cmd
     reg_app.command("file-cublas")(file_cublas_cmd)
+    from .file_graph import file_graph_cmd
+    reg_app.command("file-graph")(file_graph_cmd)
     from .merge import merge_cmd
     reg_app.command("merge")(merge_cmd)
     app.add_typer(reg_app, name="registry")
