@@ -38,13 +38,31 @@ def test_summary_per_class_layout_and_all():
 
 def test_bad_arguments_are_refused(tmp_path):
     for bad in (["--variant", "PDL"], ["--classes", "tiny"], ["--layouts", "tn"], ["--per-class", "0"],
-                ["--families", "persistent"]):
+                ["--families", "persistent"], ["--server-calls", "0"], ["--tag", "a/b"],
+                ["--resume", str(tmp_path / "missing.json")]):
         with pytest.raises(SystemExit):
             gc.main(["--out", str(tmp_path / "g"), *bad])
     for bad in (["--pdl", "4"], ["--calls", "0"], ["--max-entries", "0"]):
         with pytest.raises(SystemExit):
             pp.main(["--out", str(tmp_path / "p"), *bad])
     assert not (tmp_path / "g").exists() and not (tmp_path / "p").exists()
+
+
+def test_resume_keeps_the_timed_rows_of_the_same_kind_of_run(tmp_path):
+    import gzip
+    import json
+    doc = {"device": "h100-sm90", "lost": True,
+           "rows": [{"problem": "64x64x64:nt", "lost offline / best-cublas": 1.01},
+                    {"problem": "64x64x128:nt", "note": "RuntimeError: lost failed the check"}]}
+    path = tmp_path / "g.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    dev, rows = gc.resumed_rows(str(path), lost=True)
+    assert dev == "h100-sm90" and [r["problem"] for r in rows] == ["64x64x64:nt"]   # a failed shape runs again
+    with pytest.raises(ValueError, match="was a --lost run"):
+        gc.resumed_rows(str(path), lost=False)
+    (tmp_path / "x.json").write_text(json.dumps({"device": "h100-sm90"}))
+    with pytest.raises(ValueError, match="no rows"):
+        gc.resumed_rows(str(tmp_path / "x.json"), lost=False)
 
 
 def test_triton_variant_is_pdl_on_or_off_only():
