@@ -70,8 +70,9 @@ def file_graph_cmd(
         typer.echo(f"{e.key}: cuBLAS -> {e.spec} (offline {min(x['offline'] for x in t):.3f}x, graph "
                    f"{min(x['graph'] for x in t):.3f}x best-cublas, server {e.times['server_vs_torch']:.3f}x "
                    f"torch.matmul; worst of {len(t)} timings)")
-    typer.echo(f"{key}: {verb} {len(filed)} kernel entries over cuBLAS entries "
-               f"({Counter(e.backend for e in filed)}); {len(skipped)} shapes left alone")
+    by = ", ".join(f"{b} {n}" for b, n in Counter(e.backend for e in filed).most_common()) or "none"
+    typer.echo(f"{key}: {verb} {len(filed)} kernel entries over cuBLAS entries ({by}); "
+               f"{len(skipped)} shapes left alone")
     # the reasons with their figures blanked ("offline #x best-cublas in timing #, under #"), counted
     kinds = Counter(re.sub(r"\d+(\.\d+)?", "#", why) for why in skipped.values())
     for why, n in kinds.most_common(8):
