@@ -254,7 +254,7 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # (index_rechecked.json.gz: copy it over src/cudal2/registry/index.json after checking that
       # only check fields moved; --time-limit ends the checks in time to record what passed, and the
       # summary line counts what is left for the next call). On an H100 (nothing pending there since
-      # run 138): skinny nn / nt and small nt as dispatched, a third timing each (below), ~560 s.
+      # run 138): the lost kernels timed twice for file-graph (below), ~450 s.
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         ntests="tests/test_pdl_families_gpu.py tests/test_backends_gpu.py::test_mma_split_k_is_deterministic_and_stream_safe"
         timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 50 -rfE $ntests \
@@ -263,15 +263,13 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         timeout 440 cudal2 registry verify --gpu --render --record --pending-only --time-limit 380 --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
         tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
       else
-        # Runs 148-150 (2026-12-06 night) timed small nn / skinny nn as dispatched twice and the
-        # lost kernels (bench/graph_clock.py --lost); `add-timings` of the skinny nn compares moved 7
-        # cuBLAS entries (six to torch.matmul, 2048x64x16384:nn to autotune), and runs 144-147's moved
-        # five to autotune: none of the 12 timed as dispatched since. Skinny nn / nt and small nt
-        # again, as a third timing each (its own JSONs, tag 3). Pace on a warm H100 (runs 145-150):
-        # small ~1.9 s a shape, skinny ~1.4 s; a cut pass resumes from its JSON carried back as
-        # .runpack/graph_*.json.
-        bash "$0" graph:bench/graph_skinny.txt:nn:110:3 graph:bench/graph_skinny.txt:nt:110:3 \
-          graph:bench/graph_small_nt.txt:nt:300:3
+        # The graph-clock rule's evidence (2026-12-07, cudal2 registry file-graph): two independent
+        # timings of the H100's 39 small / skinny cuBLAS entries' lost kernels on the offline, graph
+        # and server clocks (~3 s a shape). Then, here: file-graph on an export, the index back,
+        # and a later call's verify --pending-only plus the small class as dispatched. Left for
+        # after it: skinny nn / nt and small nt as dispatched a third time (runs 148-150's add-timings
+        # moved 12 cuBLAS entries since they were timed: graph:bench/graph_skinny.txt:nn:110:3 ...).
+        bash "$0" lost:small,skinny:nt,nn:200:1 lost:small,skinny:nt,nn:200:2
       fi ;;
     *)
       echo "unknown stage $stage" ;;
