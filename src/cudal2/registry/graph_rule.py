@@ -42,6 +42,15 @@ def _ratio(row: dict, key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 else None
 
 
+def _canonical(text) -> str | None:
+    """A spec's canonical text (a row or an entry may spell it shorter), None if it is not one."""
+    from ..spec import KernelSpec, SpecError
+    try:
+        return KernelSpec.parse(str(text)).text if text else None
+    except (SpecError, ValueError):
+        return None
+
+
 def timings_by_problem(docs: list[dict]) -> tuple[str, dict[str, list[tuple[int, dict]]]]:
     """The card the graph_clock --lost documents timed (all one) and {problem: [(doc index, row)]}
     of their timed rows (a row with a note failed: left out)."""
@@ -74,7 +83,9 @@ def verdict(entry: Entry | None, rows: list[tuple[int, dict]], offline_min: floa
     spec = (entry.times or {}).get("best_kernel_spec")
     if not spec:
         return "the cuBLAS entry records no lost kernel"
-    mine = [(i, r) for i, r in rows if r.get("spec") == spec]
+    if _canonical(spec) is None:
+        return f"the cuBLAS entry's lost kernel is no valid spec: {spec!r}"
+    mine = [(i, r) for i, r in rows if _canonical(r.get("spec")) == _canonical(spec)]
     if len(mine) < len(rows):
         return "a timing is of another spec than the entry's lost kernel"
     if len({i for i, _ in mine}) < min_timings:
