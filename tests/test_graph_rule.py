@@ -23,13 +23,14 @@ WIN, THIN, ONCE, COLD, GUARDED, KERNEL = ("1000x200x512:nt", "1000x296x512:nt", 
                                           "1000x504x512:nt", "1000x600x512:nt", "1000x696x512:nt")
 
 
-def _cublas(problem, refiled=None):
+def _cublas(problem, refiled=None, target="torch"):
     times = {"best_kernel_us": 5.2, "best_kernel_spec": SPEC}
     if refiled:
         times.update(refiled=refiled, server_us=6.0)
+    qualified = [] if target == "torch" else [target]
     return Entry(problem=problem, device=KEY, backend="cublas", time_us=5.0, best_cublas_us=5.0,
                  best_cublas="torch", baselines_us={"torch": 5.0, "cublas-tn": 5.1}, times=times,
-                 dispatch={"target": "torch", "qualified": [], "why": "test", "repeats": 2, "margin": 1.01})
+                 dispatch={"target": target, "qualified": qualified, "why": "test", "repeats": 2, "margin": 1.01})
 
 
 def _registry(tmp_path):
@@ -51,7 +52,8 @@ def _row(problem, off, graph, server, spec=SPEC, best_us=5.0, torch_cold=8.0):
     return {"problem": problem, "layout": "nt", "class": "small", "spec": spec,
             "lost offline us": round(best_us / off, 3), "torch offline us": best_us, "cublas-tn offline us": 5.3,
             "best-cublas offline": "torch", "best-cublas offline us": best_us, "lost offline / best-cublas": off,
-            "lost graph us": round(3.0 / graph, 3), "best-cublas graph us": 3.0, "lost graph / best-cublas": graph,
+            "lost graph us": round(3.0 / graph, 3), "torch graph us": 3.0, "best-cublas graph us": 3.0,
+            "lost graph / best-cublas": graph, "dispatched call": "torch",
             "lost server us": round(torch_cold / server, 3), "torch server us": torch_cold,
             "lost server / best-cublas": server, "lost server / torch": server}
 
@@ -73,7 +75,7 @@ def test_files_only_the_kernel_that_held_the_rule_in_every_timing(tmp_path):
     root = _registry(tmp_path)
     filed, skipped = file_graph_winners(root, _timings())
     assert [e.problem for e in filed] == [WIN]
-    assert "graph 1.020x best-cublas in timing 2, under the margin 1.03" == skipped[THIN]
+    assert "graph 1.020x best-cublas in timing 2, under 1.03" == skipped[THIN]
     assert skipped[ONCE] == "1 timing(s), the rule asks 2"
     assert skipped[COLD] == "server 0.950x of torch.matmul in timing 1, under the guard 0.97"
     assert skipped[GUARDED].startswith("a guard took this kernel out (server 0.930x")
@@ -92,6 +94,8 @@ def test_files_only_the_kernel_that_held_the_rule_in_every_timing(tmp_path):
     assert [t["commit"] for t in rule["timings"]] == ["abc1234", "def5678"]
     assert e.times["graph_vs_best"] == 1.07 and e.times["server_vs_torch"] == 0.99
     assert rule["was"]["dispatch"]["target"] == "torch" and rule["graph_margin"] == 1.03
+    # dispatch ran torch.matmul there: the torch columns are the dispatched call's
+    assert [t["graph_vs_dispatched"] for t in rule["timings"]] == [pytest.approx(1.08, abs=1e-3), pytest.approx(1.07, abs=1e-3)]
     # pending the full checker; the source is exactly what the backend renders (verify's rule)
     assert e.check["passed"] is None and "pending" in e.check["reason"]
     text = reg.read_source(e)
@@ -119,6 +123,28 @@ def test_offline_loss_another_spec_and_a_lower_bar(tmp_path):
     filed, _ = file_graph_winners(root, docs[:1], offline_min=0.99, min_timings=1, dry_run=True)
     assert [e.problem for e in filed] == [WIN]
     assert Registry.load(root).entries[KEY][WIN].backend == "cublas"
+
+
+def test_an_autotune_entry_is_judged_against_its_stored_algorithm(tmp_path):
+    """graph_clock's autotune baseline tunes again in its process; what the entry serves is the
+    algorithm it stored, timed as the row's "dispatched" column. Without it: not filed."""
+    root = _registry(tmp_path)
+    Registry.load(root).add(_cublas(WIN, target="cublaslt-autotune"), None)
+    plain = [_doc([_row(WIN, 1.01, 1.08, 1.0)]), _doc([_row(WIN, 1.01, 1.08, 1.0)])]
+    for d in plain:
+        d["rows"][0]["dispatched call"] = "cublaslt-autotune"
+    _, skipped = file_graph_winners(root, plain, dry_run=True)
+    assert skipped[WIN].startswith("timing 1 did not time the call the entry dispatches (cublaslt-autotune")
+    # the stored algorithm timed: 1.08x best-cublas on graph replays but only 1.02x of it
+    for d in plain:
+        d["rows"][0].update({"lost offline / dispatched": 1.01, "lost graph / dispatched": 1.02})
+    _, skipped = file_graph_winners(root, plain, dry_run=True)
+    assert skipped[WIN] == "graph 1.020x the dispatched call in timing 1, under 1.03"
+    for d in plain:
+        d["rows"][0]["lost graph / dispatched"] = 1.05
+    filed, _ = file_graph_winners(root, plain, dry_run=True)
+    assert [e.problem for e in filed] == [WIN]
+    assert filed[0].times["graph_rule"]["timings"][0]["graph_vs_dispatched"] == 1.05
 
 
 def test_documents_that_are_not_one_cards_lost_timings_are_refused(tmp_path):
@@ -155,7 +181,7 @@ def test_cli_files_from_gzipped_timings_and_refuses_the_shipped_registry(tmp_pat
     assert res.exit_code == 0, res.output
     assert f"{KEY}/{WIN}: cuBLAS -> " in res.output and "graph 1.070x" in res.output
     assert "verify --gpu --render --record --pending-only" in res.output
-    assert "1: graph #x best-cublas in timing #, under the margin #" in res.output
+    assert "1: graph #x best-cublas in timing #, under #" in res.output
     assert Registry.load(root).entries[KEY][WIN].backend == "cuda"
     shipped = runner.invoke(app, ["registry", "file-graph", paths[0], "--registry", str(Registry.load().root)])
     assert shipped.exit_code == 1 and "read-only" in shipped.output
