@@ -4,7 +4,7 @@
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
-# small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] next.
+# small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS] next.
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -240,6 +240,13 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         --classes "$lclasses" --layouts "$llays" --per-class 400 --families wgmma,mma,stream,tiled \
         --max-seconds "${lsecs:-240}" --tag "${ltag:-1}" "${largs[@]}" 2>&1 | tail -6
       for f in "$OUT"/graph_clock_lost_*_"${ltag:-1}".json; do [ -f "$f" ] && gzip -f "$f"; done ;;
+    pairs:*)
+      # pairs:FILE[:SECONDS] (default 300): bench/hopper_sweep.py --pairs FILE --n-cands 0, each
+      # problem of FILE with its own specs beside the baselines (bench/nn_wgmma_gaps.txt: the nt
+      # search's best wgmma spec on the 108 nn grid shapes that never ran it, bench/nn_family_gaps.py)
+      IFS=: read -r _ pfile psecs <<<"$stage"
+      timeout $((${psecs:-300} + 60)) python3 bench/hopper_sweep.py --out "$OUT" --pairs "$pfile" --n-cands 0 \
+        --time-limit "${psecs:-300}" --tag "pairs_$(basename "$pfile" .txt)" 2>&1 | tail -12 ;;
     small-sweep|small-sweep:*)
       # small-sweep[:NN_S[:NT_S]] (defaults 120, 80): issue 20's coverage pass on an H100 (small_sweep above)
       IFS=: read -r _ s_nn s_nt <<<"$stage"; small_sweep "${s_nn:-120}" "${s_nt:-80}" ;;

@@ -11,7 +11,11 @@ per-class summary, keyed by card and commit, with the command line:
 
   python3 bench/hopper_sweep.py --out $OUT [--classes shortK,starved,mid,large] [--layouts nn,nt]
       [--per-class 16] [--shapes MxNxK,...] [--n-cands 8] [--extra "spec;spec"] [--time-limit 400]
-      [--fit-compare] [--bks 32,128]
+      [--fit-compare] [--bks 32,128] [--pairs FILE --n-cands 0]
+
+--pairs times, per problem of the file, its own specs (lines 'MxNxK:layout|spec'; e.g.
+bench/nn_wgmma_gaps.txt, the nt search's best wgmma spec on nn shapes that never ran it), beside
+--n-cands wave candidates (0: none).
 
 --bks re-times the wave model's candidates with other k-tile depths (wgmma bk 32 / 128, each with
 the deepest ring that fits: from "bk32" / "bk128"); the JSON's "bk_pairs" gives, per bk, each
@@ -76,6 +80,37 @@ def extra_specs(extra: str, extra_file: str = "") -> list[str]:
     if extra_file:
         texts += [ln.split("#", 1)[0].strip() for ln in Path(extra_file).read_text().splitlines()]
     return [KernelSpec.parse(t).text for t in texts if t]
+
+
+def read_pairs(path: str) -> dict:
+    """--pairs: {Problem: [spec text, ...]} from 'MxNxK:layout|spec' lines ('#' starts a comment),
+    in the file's order; a malformed line fails before any compile, naming its number."""
+    from cudal2.problems import Problem
+    from cudal2.spec import KernelSpec
+    out: dict = {}
+    for i, ln in enumerate(Path(path).read_text().splitlines(), 1):
+        ln = ln.split("#", 1)[0].strip()
+        if not ln:
+            continue
+        shape, sep, spec = ln.partition("|")
+        if not sep or ":" not in shape:
+            raise SystemExit(f"error: {path}:{i}: not 'MxNxK:layout|spec': {ln[:80]}")
+        try:
+            out.setdefault(Problem.parse(shape.strip()), []).append(KernelSpec.parse(spec.strip()).text)
+        except Exception as e:
+            raise SystemExit(f"error: {path}:{i}: {e}") from None
+    if not out:
+        raise SystemExit(f"error: {path} has no pairs")
+    return out
+
+
+def add_pairs(specs: dict, pairs: dict, dev) -> None:
+    """Each --pairs problem's own specs into its plan (source "pair"), where valid there."""
+    from cudal2.spec import KernelSpec, is_valid
+    for p, texts in pairs.items():
+        for t in texts:
+            if is_valid(KernelSpec.parse(t), p, dev):
+                specs.setdefault(p, {}).setdefault(t, "pair")
 
 
 def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite: int = 0,
@@ -237,6 +272,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="", help="comma-separated MxNxK instead of the grid classes")
     ap.add_argument("--n-cands", type=int, default=8, help="cost-model candidates per shape")
     ap.add_argument("--extra", default="", help="';'-separated spec texts tried where valid")
+    ap.add_argument("--pairs", default="", help="a file of 'MxNxK:layout|spec' lines: those problems, each "
+                    "with its own specs (from \"pair\"), instead of the grid classes / --shapes")
     ap.add_argument("--extra-file", default="", help="a file of spec texts, one a line ('#' starts a comment), "
                     "tried where valid as --extra's (bench/small_extra.txt: the non-wgmma families)")
     ap.add_argument("--clusters", type=int, default=0, help="also try the first N candidates on a 2-CTA cluster")
@@ -271,7 +308,9 @@ def main(argv=None) -> int:
     dev, out, t0 = current(), Path(args.out), time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     layouts = args.layouts.split(",")
-    problems = ([q.with_layout(l) for l in layouts for q in parse_shapes(args.shapes)] if args.shapes
+    pairs = read_pairs(args.pairs) if args.pairs else {}
+    problems = (list(pairs) if pairs else
+                [q.with_layout(l) for l in layouts for q in parse_shapes(args.shapes)] if args.shapes
                 else pick_shapes(args.classes.split(","), args.per_class, layouts))
     model = None
     if args.cost_model:
@@ -280,6 +319,7 @@ def main(argv=None) -> int:
     specs = plan(problems, dev, args.n_cands, extra_specs(args.extra, args.extra_file), args.clusters,
                  args.lite, model, args.n_cost, args.fit_compare,
                  tuple(int(x) for x in args.bks.split(",") if x.strip()))
+    add_pairs(specs, pairs, dev)
     print(f"cluster CTAs resident at once (cudal2.cluster_fit), (size, CTAs): {dev.cluster_ctas}", flush=True)
     n_jobs = len({(t, p.layout) for p in problems for t in specs[p]})
     print(f"{len(problems)} problems, {n_jobs} distinct (spec, layout) to compile ({args.jobs} processes, "

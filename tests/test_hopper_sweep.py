@@ -232,3 +232,43 @@ def test_main_times_each_shape_after_its_compiles_and_writes_as_it_goes(monkeypa
     assert doc["summary"]["small/nn"]["shapes"] == 2
     seen.clear()
     assert hs.main(args + ["--time-limit", "0"]) == 0 and seen == []   # the box reached before the first
+
+
+def test_pairs_give_each_problem_its_own_specs_where_valid(tmp_path):
+    """--pairs: a problem per line with the spec to time there; a spec the validity rule refuses at
+    its problem is left out of that problem's plan (not of the others'); a bad line fails first."""
+    import dataclasses
+
+    import pytest
+
+    from cudal2.device import DeviceInfo
+    dev = dataclasses.replace(DeviceInfo.target("sm_90a"), sm_count=132)
+    a = "backend=cuda family=wgmma bm=64 bn=32 bk=64 warps=8 stages=16 group_m=8 split_k=1 subtile=1 warp_spec=1 cluster=1"
+    b = a.replace("bn=32", "bn=64").replace("stages=16", "stages=13")
+    f = tmp_path / "pairs.txt"
+    f.write_text(f"# header\n1000x200x512:nn|{a}  # small 1.02 0.55\n1000x200x512:nn|{b}\n"
+                 f"1000x202x512:nn|{a}\n")       # N % 8 != 0: TMA refuses it there
+    pairs = hs.read_pairs(str(f))
+    assert list(pairs) == [Problem(1000, 200, 512, "nn"), Problem(1000, 202, 512, "nn")]
+    specs = hs.plan(list(pairs), dev, 0, [])
+    assert specs == {p: {} for p in pairs}                   # --n-cands 0: no wave candidates
+    hs.add_pairs(specs, pairs, dev)
+    assert list(specs[Problem(1000, 200, 512, "nn")].items()) == [(a, "pair"), (b, "pair")]
+    assert specs[Problem(1000, 202, 512, "nn")] == {}
+    f.write_text(f"1000x200x512|{a}\n")
+    with pytest.raises(SystemExit, match=r"pairs.txt:1: not 'MxNxK:layout\|spec'"):
+        hs.read_pairs(str(f))
+    f.write_text("1000x200x512:nn|backend=cuda family=nope\n")
+    with pytest.raises(SystemExit, match="pairs.txt:1: "):
+        hs.read_pairs(str(f))
+
+
+def test_nn_family_gaps_lists_the_other_layouts_best_never_run_here():
+    gap = load_bench("nn_family_gaps")
+    a = "backend=cuda family=wgmma bm=64 bn=64 bk=64 warps=8 stages=13 group_m=8 split_k=1 subtile=1 warp_spec=1 cluster=1"
+    b = a.replace("stages=13", "stages=8")
+    m = {"512x512x512:nt": {a: 1.10, b: 1.05}, "512x512x512:nn": {b: 0.80},    # a never ran on nn
+         "1024x1024x1024:nt": {a: 1.0}, "1024x1024x1024:nn": {a: 0.99}}        # it did here
+    rows = gap.gaps(m, "nn", "nt", "h200-sm90")
+    assert rows == [("small", "512x512x512:nn", a, 1.10, 0.80)]
+    assert gap.gaps(m, "nn", "nt", "h200-sm90", top=2) == rows                # b ran on nn already
