@@ -3,7 +3,8 @@ family that any search measured on each grid shape, against best-cublas timed in
 measurement (the search times every candidate beside the baselines: PROTOCOL's same-run ratio).
 
   python3 bench/family_best.py --stores bench/results/h200-sm90/grid_search/grid_store.db.gz \
-      bench/results/h200-sm90/grid_search/grid_nn_leads_store.db.gz --family wgmma --out DIR
+      bench/results/h200-sm90/grid_search/grid_nn_leads_store.db.gz --family wgmma --out DIR \
+      [--sweeps bench/results/h200-sm90/hopper/SWEEP.csv ...]
 
 Per (class, layout): grid shapes, shapes the family was measured on, geomean / worst / best of its
 best ratio per shape, shapes it beat best-cublas on (> 1.0), and the same for the best of every
@@ -43,6 +44,26 @@ def best_ratios(stores: list[str], device: str, family: str) -> tuple[dict, dict
     return fam, anyf
 
 
+def add_sweeps(paths: list[str], device: str, family: str, fam: dict, anyf: dict) -> None:
+    """Fold `bench/hopper_sweep.py` CSVs (rows of one card: its JSON beside it names the card) into
+    the same maxima: a row whose check passed and was timed is a measurement like a store's, its
+    ratio the sweep's same-run vs_best_cublas."""
+    import csv
+    for path in paths:
+        meta = Path(path).with_suffix(".json")
+        card = json.loads(meta.read_text()).get("device") if meta.exists() else None
+        if card != device:
+            raise SystemExit(f"error: {path}: its JSON ({meta.name}) says card {card!r}, not {device!r}")
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                if r.get("status") != "ok" or not r.get("vs_best_cublas"):
+                    continue
+                problem, ratio = f"{r['shape']}:{r['layout']}", float(r["vs_best_cublas"])
+                anyf[problem] = max(anyf.get(problem, 0.0), ratio)
+                if f" family={family} " in f" {r['spec']} ":
+                    fam[problem] = max(fam.get(problem, 0.0), ratio)
+
+
 def _stats(xs: list[float]) -> dict:
     if not xs:
         return {"n": 0}
@@ -80,6 +101,8 @@ def markdown(t: dict, family: str, stores: list[str], command: str) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stores", nargs="+", required=True)
+    ap.add_argument("--sweeps", nargs="*", default=[], help="hopper_sweep.py CSVs of the same card to count "
+                    "too (e.g. a --pairs run over bench/nn_wgmma_gaps.txt)")
     ap.add_argument("--device", default="h200-sm90")
     ap.add_argument("--family", default="wgmma")
     ap.add_argument("--grid", default="", help="a shape file (cudal2's format; default: the 1000 grid)")
@@ -88,11 +111,12 @@ def main(argv=None) -> int:
     from cudal2.problems import grid as grid_problems, read_shape_file
     grid = [(p.M, p.N, p.K) for p in (read_shape_file(args.grid) if args.grid else grid_problems())]
     fam, anyf = best_ratios(args.stores, args.device, args.family)
+    add_sweeps(args.sweeps, args.device, args.family, fam, anyf)
     t = table(grid, fam, anyf)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python3", *sys.argv])
-    (out / f"family_best_{args.family}.md").write_text(markdown(t, args.family, args.stores, command))
+    (out / f"family_best_{args.family}.md").write_text(markdown(t, args.family, args.stores + args.sweeps, command))
     (out / f"family_best_{args.family}.json").write_text(json.dumps({"command": command, "stores": args.stores,
                                                                       "device": args.device, "table": t}, indent=1))
     print(markdown(t, args.family, args.stores, command))

@@ -46,3 +46,23 @@ def test_table_is_per_class_and_layout_over_the_grid():
     assert t["small:nt"]["grid"] == 2 and small["n"] == 2 and small["won"] == 1
     assert small["geomean"] == pytest.approx((1.2 * 0.8) ** 0.5, abs=1e-4) and small["worst"] == 0.8
     assert t["large:nn"]["family"]["geomean"] == 0.9 and t["large:nt"]["family"] == {"n": 0}
+
+
+def test_sweeps_fold_in_a_cards_checked_rows(tmp_path):
+    import csv
+    import json
+    W, T = "backend=cuda family=wgmma bm=64", "backend=triton family=tiled bm=64"
+    path = tmp_path / "pairs_abc.csv"
+    rows = [{"shape": "64x64x64", "layout": "nn", "spec": W, "status": "ok", "vs_best_cublas": "1.3"},
+            {"shape": "64x64x64", "layout": "nn", "spec": W, "status": "check failed: x", "vs_best_cublas": ""},
+            {"shape": "128x128x128", "layout": "nn", "spec": T, "status": "ok", "vs_best_cublas": "0.9"}]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    (tmp_path / "pairs_abc.json").write_text(json.dumps({"device": "h200-sm90"}))
+    fam, anyf = {"64x64x64:nn": 0.5}, {"64x64x64:nn": 0.5}
+    fb.add_sweeps([str(path)], "h200-sm90", "wgmma", fam, anyf)
+    assert fam == {"64x64x64:nn": 1.3} and anyf == {"64x64x64:nn": 1.3, "128x128x128:nn": 0.9}
+    with pytest.raises(SystemExit, match="not 'h100-sm90'"):
+        fb.add_sweeps([str(path)], "h100-sm90", "wgmma", fam, anyf)
