@@ -76,7 +76,7 @@ def test_files_only_the_kernel_that_held_the_rule_in_every_timing(tmp_path):
     filed, skipped = file_graph_winners(root, _timings())
     assert [e.problem for e in filed] == [WIN]
     assert "graph 1.020x best-cublas in timing 2, under 1.03" == skipped[THIN]
-    assert skipped[ONCE] == "1 timing(s), the rule asks 2"
+    assert skipped[ONCE] == "1 timing(s) of it, the rule asks 2"
     assert skipped[COLD] == "server 0.950x of torch.matmul in timing 1, under the guard 0.97"
     assert skipped[GUARDED].startswith("a guard took this kernel out (server 0.930x")
     assert skipped[KERNEL] == "a cuda kernel is filed here already"
@@ -134,7 +134,8 @@ def test_an_autotune_entry_is_judged_against_its_stored_algorithm(tmp_path):
     for d in plain:
         d["rows"][0]["dispatched call"] = "cublaslt-autotune"
     _, skipped = file_graph_winners(root, plain, dry_run=True)
-    assert skipped[WIN].startswith("timing 1 did not time the call the entry dispatches (cublaslt-autotune")
+    assert skipped[WIN] == ("0 timing(s) of it, the rule asks 2 (2 more did not time the call the entry dispatches, "
+                            "cublaslt-autotune: graph_clock's autotune column tunes again, it is not the stored algorithm)")
     # the stored algorithm timed: 1.08x best-cublas on graph replays but only 1.02x of it
     for d in plain:
         d["rows"][0].update({"lost offline / dispatched": 1.01, "lost graph / dispatched": 1.02})
@@ -145,6 +146,14 @@ def test_an_autotune_entry_is_judged_against_its_stored_algorithm(tmp_path):
     filed, _ = file_graph_winners(root, plain, dry_run=True)
     assert [e.problem for e in filed] == [WIN]
     assert filed[0].times["graph_rule"]["timings"][0]["graph_vs_dispatched"] == 1.05
+    # an older timing without the dispatched column does not count, for or against; the entry's
+    # times are the latest timing that judged it
+    old = _doc([_row(WIN, 0.90, 0.90, 1.0)])
+    old["rows"][0]["dispatched call"] = "cublaslt-autotune"
+    newer = _doc([{**plain[1]["rows"][0], "lost offline us": 4.9}])
+    filed, _ = file_graph_winners(root, [plain[0], newer, old], dry_run=True)
+    assert [e.problem for e in filed] == [WIN] and filed[0].time_us == 4.9
+    assert [t["timing"] for t in filed[0].times["graph_rule"]["timings"]] == [1, 2]
 
 
 def test_documents_that_are_not_one_cards_lost_timings_are_refused(tmp_path):

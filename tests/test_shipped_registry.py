@@ -67,13 +67,13 @@ def test_shipped_registry_verifies_on_cpu():
     # nt compares 24 cuBLAS entries: 737 + 42 + 24 entries, 622 + 23 + 3 kernels. Run 145's small nn
     # sweep filed 2 kernels over held entries (1 cuBLAS); `file-cublas` of run 144's two timings of
     # those uncovered shapes 118 cuBLAS entries (77 nn, 41 nt): 803 + 118 entries, 648 + 1 kernels.
-    # Run 151 (2026-12-07): `registry file-graph` (the graph-clock rule) turned 4 H100 cuBLAS
-    # entries into their lost kernels (those dispatching torch.matmul: an autotune entry's stored
-    # algorithm was not timed): 649 + 4 kernels.
+    # Runs 151-153 (2026-12-07): `registry file-graph` (the graph-clock rule) over four timings
+    # turned 5 H100 cuBLAS entries into their lost kernels (4 on torch.matmul from runs 151's two,
+    # then 64x8192x2048:nt on autotune's stored algorithm from run 153's two): 649 + 5 kernels.
     assert sum(e.backend != "cublas" for e in reg.all("h200-sm90")) == 742
     assert len(reg.all("h100-sm90")) == 921
-    assert sum(e.backend != "cublas" for e in reg.all("h100-sm90")) == 649 + 4
-    assert len(kernels) == 742 + 649 + 4
+    assert sum(e.backend != "cublas" for e in reg.all("h100-sm90")) == 649 + 5
+    assert len(kernels) == 742 + 649 + 5
     # Every kernel entry passed the full checker on its card, or is pending (check.passed None) after
     # a template edit re-rendered it (`registry rerender`) until `verify --gpu --render --record` on
     # that card: 2026-12-06, PDL by default in mma / stream (pdl.cuh; the H100's 78 re-checked by run
@@ -83,9 +83,9 @@ def test_shipped_registry_verifies_on_cpu():
     assert not [e.key for e in ks if e.check.get("passed") is False]
     pending = {d: sum(e.check.get("passed") is None for e in reg.all(d) if e.backend != "cublas")
                for d in ("h200-sm90", "h100-sm90")}
-    # h100-sm90: run 151's 4 graph-rule entries (graph_clock's random check only), until the
-    # full checker runs on an H100.
-    assert pending == {"h200-sm90": 556 + 81 + 104, "h100-sm90": 4}, pending
+    # h100-sm90: run 151's 4 graph-rule entries passed the full checker in run 152 (2026-12-07);
+    # 64x8192x2048:nt (filed after run 153) is pending it.
+    assert pending == {"h200-sm90": 556 + 81 + 104, "h100-sm90": 1}, pending
 
 
 def test_a_kernel_source_edit_fails_with_how_to_fix(monkeypatch):
@@ -239,6 +239,7 @@ def test_record_rechecks_marks_only_pending_entries_it_was_given(tmp_path):
     kern = [e for e in copy.all() if e.backend != "cublas" and e.check.get("passed")][:3]
     for e in kern[:2]:        # what `rerender` leaves behind for a changed SASS
         e.check = {**e.check, "passed": None, "reason": "re-rendered; re-check with verify --gpu --render"}
+    kern[0].check["checks_here"] = ["random"]       # a filing that ran one check (file-graph)
     (dest / "index.json").write_text(copy.to_json())
     done = kern[2].check
     copy = Registry.load(dest)
@@ -247,6 +248,8 @@ def test_record_rechecks_marks_only_pending_entries_it_was_given(tmp_path):
     after = {e.key: e for e in Registry.load(dest).all()}
     assert after[kern[0].key].check["passed"] is True
     assert after[kern[0].key].check["reason"] == "re-checked on a card"
+    # verify ran the full checker: the record says so, not the filing's one check
+    assert after[kern[0].key].check["checks_here"] == ["random", "exact", "poison", "guard", "fresh", "edges"]
     assert after[kern[1].key].check["passed"] is None
     assert after[kern[2].key].check == done
 

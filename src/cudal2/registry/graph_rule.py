@@ -22,7 +22,10 @@ that timed it:
 Not where a guard re-filed that spec as cuBLAS (record.lost_cold: the later evidence stands).
 The dispatched call is graph_clock's own column for it (cuBLASLt autotune's stored algorithm), or
 for a call that is a baseline's (torch.matmul, cuBLAS, cuBLASLt's heuristic) that baseline's
-column; an autotune entry timed without it is not filed (`vs_dispatched`).
+column (`vs_dispatched`). A timing that did not time it (an autotune entry, before graph_clock
+timed the stored algorithm: run 151) is no evidence either way and does not count; every timing
+given that did must hold the rule. Pass every timing of the card: choosing a subset that passes
+would be choosing the evidence.
 The kernel entry's times are the latest timing's offline medians (the entry's speedup stays the
 offline ratio, as for every entry), its graph and server ratios in times["graph_rule"] with every
 timing's, and the cuBLAS record it replaces in times["graph_rule"]["was"]. Its check is pending:
@@ -93,12 +96,19 @@ def verdict(entry: Entry | None, rows: list[tuple[int, dict]], offline_min: floa
     mine = [(i, r) for i, r in rows if _canonical(r.get("spec")) == _canonical(spec)]
     if len(mine) < len(rows):
         return "a timing is of another spec than the entry's lost kernel"
-    if len({i for i, _ in mine}) < min_timings:
-        return f"{len({i for i, _ in mine})} timing(s), the rule asks {min_timings}"
     if lost_cold(entry, spec):
         return f"a guard took this kernel out ({entry.times.get('refiled')})"
     target = (entry.dispatch or {}).get("target")
-    for i, r in mine:
+    # A timing that did not time the dispatched call (an autotune entry's stored algorithm, before
+    # graph_clock timed it) is no evidence either way; every other timing given must hold the rule.
+    judged = [(i, r) for i, r in mine if None not in (vs_dispatched(r, c, target) for c in ("offline", "graph"))]
+    if len({i for i, _ in judged}) < min_timings:
+        why = f"{len({i for i, _ in judged})} timing(s) of it, the rule asks {min_timings}"
+        if len(judged) < len(mine):
+            why += (f" ({len(mine) - len(judged)} more did not time the call the entry dispatches, "
+                    f"{target}: graph_clock's autotune column tunes again, it is not the stored algorithm)")
+        return why
+    for i, r in judged:
         off = _ratio(r, f"{NAME} offline / best-cublas")
         gr = _ratio(r, f"{NAME} graph / best-cublas")
         srv = _ratio(r, f"{NAME} server / torch")
@@ -107,9 +117,6 @@ def verdict(entry: Entry | None, rows: list[tuple[int, dict]], offline_min: floa
         if srv is None:
             return f"timing {i + 1} has no server-mode ratio (graph_clock --server)"
         d_off, d_gr = (vs_dispatched(r, c, target) for c in ("offline", "graph"))
-        if d_off is None or d_gr is None:
-            return (f"timing {i + 1} did not time the call the entry dispatches ({r.get('dispatched call') or target}: "
-                    "graph_clock's autotune column tunes again, it is not the stored algorithm)")
         for clock, x, d, bar in (("offline", off, d_off, offline_min), ("graph", gr, d_gr, graph_margin)):
             if min(x, d) < bar:
                 what = "best-cublas" if x <= d else "the dispatched call"
@@ -136,8 +143,10 @@ def vs_dispatched(row: dict, clock: str, target: str | None) -> float | None:
 
 
 def _kernel_entry(old: Entry, rows: list[tuple[int, dict]], docs: list[dict], rule: dict) -> Entry:
-    """The kernel entry that replaces cuBLAS entry `old`, timed as the latest row says."""
+    """The kernel entry that replaces cuBLAS entry `old`, timed as the latest row that judged it says."""
     from ..spec import KernelSpec
+    target = (old.dispatch or {}).get("target")
+    rows = [(j, r) for j, r in rows if None not in (vs_dispatched(r, c, target) for c in ("offline", "graph"))]
     i, last = rows[-1]
     spec = KernelSpec.parse(old.times["best_kernel_spec"])
     names = [k[:-len(" offline us")] for k in last if k.endswith(" offline us") and not k.startswith(NAME + " ")

@@ -346,13 +346,18 @@ class Registry:
         return changed
 
     def record_rechecks(self, keys: set[str], reason: str) -> list[Entry]:
-        """Mark the entries of `keys` whose check is pending (`check.passed` None, left by `rerender`)
-        as passed: `verify --gpu --render --record` calls this only with the keys whose kernel it has
-        just rebuilt and passed through the full checker on their device's card."""
+        """Mark the entries of `keys` whose check is pending (`check.passed` None, left by `rerender`
+        or a filing that ran fewer checks) as passed: `verify --gpu --render --record` calls this
+        only with the keys whose kernel it has just rebuilt and passed through the full checker
+        (check.CHECKS, edges included) on their device's card, so `checks_here` says those."""
+        from ..check import CHECKS
+
         def mark(e: Entry) -> bool:
             if e.key not in keys or e.check.get("passed") is not None:
                 return False
             e.check = {**e.check, "passed": True, "reason": reason}
+            if "checks_here" in e.check:
+                e.check["checks_here"] = list(CHECKS)
             return True
         devices = sorted({e.device for e in self.all() if e.key in keys})
         return [e for dev in devices for e in self.update(dev, mark)]
