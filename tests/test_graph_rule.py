@@ -198,3 +198,44 @@ def test_cli_files_from_gzipped_timings_and_refuses_the_shipped_registry(tmp_pat
     bad.write_text("{")
     res = runner.invoke(app, ["registry", "file-graph", str(bad), "--registry", str(root)])
     assert res.exit_code == 1 and "not a graph_clock JSON" in res.output
+
+
+def test_dispatch_guard_keeps_out_a_dispatched_call_slower_than_torch_in_every_timing(tmp_path):
+    """The same timings show the call a cuBLAS entry dispatches beside torch.matmul: slower than
+    0.97x of it in every timing (its kindest), it is kept out and the entry dispatches its next
+    qualified call, which is judged the same way where it was timed as often."""
+    from cudal2.registry import cublas_choice
+    from cudal2.registry.graph_rule import dispatch_guard
+    root = _registry(tmp_path)
+    reps = [{"torch": 10.0, "cublaslt-heuristic": 9.7, "cublaslt-autotune": 9.0}] * 2
+    reg = Registry.load(root)
+    for p in (WIN, THIN, ONCE):
+        e = _cublas(p)
+        e.dispatch = cublas_choice(reps, 1.01)
+        e.lt_algo = {"data": [1, 2, 3, 4, 5, 6, 7, 8], "cublasLt": 130100}
+        reg.add(e, None)
+    assert reg.entries[KEY][WIN].dispatch["target"] == "cublaslt-autotune"
+
+    def row(p, autotune_stored, heuristic, retuned=4.0):
+        r = _row(p, 0.9, 0.9, 1.0)           # the lost kernel's ratios do not matter here
+        r.update({"dispatched call": "cublaslt-autotune", "torch offline us": 5.0, "dispatched offline us": autotune_stored,
+                  "cublaslt-heuristic offline us": heuristic, "cublaslt-autotune offline us": retuned})
+        return r
+    docs = [_doc([row(WIN, 6.0, 5.05), row(THIN, 6.0, 5.0), row(ONCE, 6.0, 5.0)]),
+            _doc([row(WIN, 5.9, 5.1), row(THIN, 5.0, 5.0)])]
+    # WIN: the stored algorithm at 5.0 / 5.9 = 0.847x at its kindest; the heuristic 0.98x stays.
+    # THIN: 0.833x, then 1.0x: not in every timing. ONCE: one timing. The re-tuned autotune column
+    # (4.0 us) is another algorithm: no evidence for the stored one.
+    want = [(WIN, "cublaslt-autotune", pytest.approx(5.0 / 5.9))]
+    assert [(e.problem, c, r) for e, c, r in dispatch_guard(root, docs, dry_run=True)] == want
+    assert Registry.load(root).entries[KEY][WIN].dispatch["target"] == "cublaslt-autotune"    # dry run
+    assert [(e.problem, c, r) for e, c, r in dispatch_guard(root, docs)] == want
+    e = Registry.load(root).entries[KEY][WIN]
+    assert e.dispatch["target"] == "cublaslt-heuristic"
+    assert e.dispatch["cold"] == {"cublaslt-autotune": "offline 0.8475x of torch.matmul under guard 0.97"}
+    assert Registry.load(root).entries[KEY][THIN].dispatch["target"] == "cublaslt-autotune"
+    # the heuristic slower too in both timings: it goes as well, and torch.matmul is left
+    for d, h in zip(docs, (5.3, 5.4)):
+        d["rows"][0]["cublaslt-heuristic offline us"] = h
+    assert [c for _, c, _ in dispatch_guard(root, docs)] == ["cublaslt-heuristic"]
+    assert Registry.load(root).entries[KEY][WIN].dispatch["target"] == "torch"

@@ -4,7 +4,10 @@ losing offline and winning on graph replays (cudal2.registry.graph_rule has the 
 CPU only: it reads bench/graph_clock.py --lost --server JSONs and renders the kernels' sources.
 
     cudal2 registry file-graph A.json.gz B.json.gz --registry DIR [--offline-min 1.0]
-        [--graph-margin 1.03] [--server-guard 0.97] [--min-timings 2] [--dry-run]
+        [--graph-margin 1.03] [--server-guard 0.97] [--min-timings 2] [--dispatch-guard 0.97] [--dry-run]
+
+The same timings also guard the calls cuBLAS entries dispatch: one that ran under --dispatch-guard
+of torch.matmul offline in every timing is kept out (graph_rule.dispatch_guard).
 
 Then `cudal2 registry verify --gpu --render --record --pending-only --registry DIR` on that card:
 the entries filed are pending the full checker.
@@ -31,12 +34,15 @@ def file_graph_cmd(
     server_guard: float = typer.Option(0.97, "--server-guard", help="in server mode, at least this ratio of "
                                        "torch.matmul in every timing"),
     min_timings: int = typer.Option(2, "--min-timings", help="timings of the shape needed, at least"),
+    dispatch_guard: float = typer.Option(0.97, "--dispatch-guard", help="also: a cuBLAS entry whose dispatched "
+                                         "call ran under this ratio of torch.matmul offline in every timing (at "
+                                         "least --min-timings) dispatches its next qualified call; 0: off"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print what would be filed, write nothing"),
 ) -> None:
     """File kernels over cuBLAS entries where graph-replay timings show them winning (see --help)."""
     from .errors import fail
     from ..registry import Registry, RegistryError
-    from ..registry.graph_rule import file_graph_winners
+    from ..registry.graph_rule import dispatch_guard as guard_calls, file_graph_winners
     from ..report import load_json
     docs = []
     for path in timings:
@@ -57,6 +63,7 @@ def file_graph_cmd(
             raise RegistryError(f"{registry} holds no registry (index.json): the rule replaces its cuBLAS entries")
         filed, skipped = file_graph_winners(registry, docs, offline_min, graph_margin, server_guard,
                                             min_timings, dry_run)
+        guarded = guard_calls(registry, docs, dispatch_guard, min_timings, dry_run) if dispatch_guard else []
     except (KeyError, TypeError) as e:
         fail(f"a timing's rows lack a field ({type(e).__name__}: {e}): not a graph_clock --lost JSON", code=1)
         return
@@ -77,5 +84,12 @@ def file_graph_cmd(
     kinds = Counter(re.sub(r"\d+(\.\d+)?", "#", why) for why in skipped.values())
     for why, n in kinds.most_common(8):
         typer.echo(f"  {n}: {why}")
+    for e, call, ratio in guarded:
+        now = "" if dry_run else f"; dispatches {e.dispatch['target']}"
+        typer.echo(f"{e.key}: {call} kept out (offline {ratio:.3f}x of torch.matmul in its kindest timing, "
+                   f"guard {dispatch_guard}){now}")
+    if dispatch_guard:
+        typer.echo(f"{key}: --dispatch-guard {dispatch_guard}: {len(guarded)} dispatched calls "
+                   f"{'would be ' if dry_run else ''}kept out")
     if filed and not dry_run:
         typer.echo(f"next, on {key}: cudal2 registry verify --gpu --render --record --pending-only --registry {registry}")

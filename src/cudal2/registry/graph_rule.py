@@ -40,6 +40,7 @@ from ..problems import Problem
 from .entry import Entry, RegistryError, target_for_key
 from .index import Registry
 from .record import lost_cold
+from .timings import call_guard
 
 OFFLINE_MIN, GRAPH_MARGIN, SERVER_GUARD, MIN_TIMINGS = 1.0, 1.03, 0.97, 2
 NAME = "lost"        # graph_clock --lost's name for the kernel in its rows
@@ -215,3 +216,46 @@ def file_graph_winners(registry, docs: list[dict], offline_min: float = OFFLINE_
         else:
             filed.append(new)
     return filed, skipped
+
+
+def dispatch_guard(registry, docs: list[dict], guard: float = SERVER_GUARD, min_timings: int = MIN_TIMINGS,
+                   dry_run: bool = False) -> list[tuple[Entry, str, float]]:
+    """The other half of what the timings show: a cuBLAS entry whose dispatched call (the row's
+    `dispatched call`; cuBLASLt autotune's stored algorithm as its own column) ran under `guard` of
+    torch.matmul offline in every one of at least `min_timings` timings that timed it gets that
+    call kept out of its choice (timings.call_guard, the reason saying "offline"), so it dispatches
+    its next qualified call or torch.matmul; a next call timed as often and as slow goes too (each
+    call at its kindest timing; autotune only as the stored algorithm). Why: H100 run 153 (2026-12-07, two timings) had
+    2048x64x16384:nn's stored autotune algorithm at 0.847x of torch.matmul and 64x2048x12288:nn's
+    cuBLASLt heuristic at 0.830x, where the compares that chose them had timed them faster.
+    Returns (entry, call, ratio) per call kept out (with `dry_run`, what would be)."""
+    if not 0.0 < guard <= 1.0:
+        raise RegistryError(f"the guard is a ratio to torch.matmul in (0, 1], got {guard}")
+    key, seen = timings_by_problem(docs)
+    held = Registry.load(registry).entries.get(key, {})
+    kindest: dict[str, dict] = {}     # per problem, each call's best time over torch.matmul's
+    for p, rows in seen.items():
+        e = held.get(p)
+        if e is None or e.backend != "cublas" or e.dispatch is None or e.dispatch.get("target") in (None, "torch"):
+            continue
+        per_call: dict[str, list[float]] = {}
+        for _, r in rows:
+            t = _ratio(r, "torch offline us")
+            # cuBLASLt autotune counts only as its stored algorithm (the row's dispatched column)
+            cols = {n[:-len(" offline us")]: n for n in r if n.endswith(" offline us")}
+            cols.pop("cublaslt-autotune", None)
+            if r.get("dispatched call") == "cublaslt-autotune" and "dispatched" in cols:
+                cols["cublaslt-autotune"] = cols.pop("dispatched")
+            for call, col in cols.items():
+                c = _ratio(r, col)
+                if t and c and call not in ("torch", NAME, "best-cublas", "dispatched"):
+                    per_call.setdefault(call, []).append(c / t)
+        calls = {call: min(v) for call, v in per_call.items() if len(v) >= min_timings}
+        if calls.get(e.dispatch["target"], 0.0) > 1.0 / guard:
+            kindest[p] = {"torch": 1.0, **calls}
+    if dry_run:
+        return [(held[p], held[p].dispatch["target"], 1.0 / tc[held[p].dispatch["target"]])
+                for p, tc in sorted(kindest.items())]
+    # algos: the stored one for each (the dispatched column timed it), so call_guard counts it
+    algos = {p: held[p].lt_algo for p in kindest if held[p].lt_algo}
+    return call_guard(registry, key, kindest, guard, algos, mode="offline")

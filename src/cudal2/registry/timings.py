@@ -250,7 +250,7 @@ def call_timings(compare_json: dict) -> dict:
 
 
 def call_guard(registry_path, device_key: str, timings: dict, guard: float,
-               algos: dict | None = None) -> list[tuple[Entry, str, float]]:
+               algos: dict | None = None, mode: str = "server") -> list[tuple[Entry, str, float]]:
     """server_guard's rule for cuBLAS entries: the cuBLASLt call an entry dispatches, where it ran
     slower than torch.matmul by more than `guard` in a server-mode compare (`call_timings`), is kept
     out of its choice from then on (the record's "cold"); the entry then dispatches its next
@@ -260,7 +260,8 @@ def call_guard(registry_path, device_key: str, timings: dict, guard: float,
     4096x256x2048:nt, 4096x256x4096:nt, ...): the bar is that no dispatch measures slower than
     torch.matmul, and a server meets its weights cold. `algos` as in add_timings: an autotune column
     that timed another algorithm than the stored one is no evidence against it. Returns (entry,
-    call, ratio) per call kept out."""
+    call, ratio) per call kept out. `mode` names the clock the timings are of in the record's
+    reason ("offline": graph_rule.dispatch_guard's repeated graph_clock timings)."""
     if not 0.0 < guard <= 1.0:
         raise RegistryError(f"the server guard is a ratio to torch.matmul in (0, 1], got {guard}")
     out: list[tuple[Entry, str, float]] = []
@@ -275,7 +276,7 @@ def call_guard(registry_path, device_key: str, timings: dict, guard: float,
         while (call := e.dispatch.get("target")) not in (None, "torch") and t.get(call) \
                 and t["torch"] / t[call] < guard:
             ratio = t["torch"] / t[call]
-            cold = {**e.dispatch.get("cold", {}), call: f"server {ratio:.4f}x of torch.matmul under guard {guard}"}
+            cold = {**e.dispatch.get("cold", {}), call: f"{mode} {ratio:.4f}x of torch.matmul under guard {guard}"}
             e.dispatch = _chosen(e, e.dispatch["repeats"], e.dispatch["margin"], cold)
             out.append((e, call, ratio))
             changed = True
