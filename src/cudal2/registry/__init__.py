@@ -8,10 +8,12 @@ and rerender), filing measurements into it (record.py: record_winner, record_cub
 timings as evidence (timings.py: add_timings, server_guard, offline_guard, call_guard), and another card's
 kernels filed on this card's compare (transfer.py: for_timing, file_winners), cuBLAS entries for
 a card's shapes without one from its compares (fill.py: fill_cublas), two registries of the same
-cards joined (merge.py: merge, decide). This folder also
+cards joined (merge.py: merge, decide), kernels filed and dispatched calls guarded from repeated
+timings on the offline, CUDA-graph and server clocks (graph_rule.py: file_graph_winners,
+dispatch_guard). This folder also
 holds the shipped registry's data, index.json (its sources ship in cudal2.kernels_*/generated).
 May import: problems, spec, device, backends and check (to verify); never evaluate, store, ops,
-cli or rl. Inside: transfer / fill / merge -> record / timings -> index -> upkeep -> disk -> entry -> evidence,
+cli or rl. Inside: transfer / fill / merge / graph_rule -> record / timings -> index -> upkeep -> disk -> entry -> evidence,
 one direction (upkeep re-loads a registry through the Registry object it is handed).
 """
 from __future__ import annotations
