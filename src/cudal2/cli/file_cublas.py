@@ -9,9 +9,8 @@ algorithm filed), then this, then `add-timings` as later compares come.
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
-from typing import List, Optional
+from typing import List
 
 import typer
 
@@ -27,20 +26,10 @@ def file_cublas_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="print what would be filed, write nothing"),
 ) -> None:
     """File cuBLAS entries for a card's shapes without an entry, from compares run on it."""
-    from .errors import fail
+    from .errors import fail, load_jsons
     from ..registry import Registry, RegistryError
     from ..registry.fill import fill_cublas
-    from ..report import load_json
-    docs = []
-    for path in compares:
-        try:
-            docs.append(load_json(path))
-        except FileNotFoundError:
-            fail(f"{path}: no such file", code=1)
-            return
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as e:
-            fail(f"{path}: not a cudal2 compare JSON ({type(e).__name__}: {e})", code=1)
-            return
+    docs = load_jsons(compares, "cudal2 compare JSON")
     try:
         if Registry.load(registry, create=True).shipped:
             raise RegistryError("the shipped registry is read-only here: `cudal2 registry export DIR`, file "

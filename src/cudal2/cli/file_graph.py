@@ -14,7 +14,6 @@ the entries filed are pending the full checker.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from typing import List
@@ -40,20 +39,10 @@ def file_graph_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="print what would be filed, write nothing"),
 ) -> None:
     """File kernels over cuBLAS entries where graph-replay timings show them winning (see --help)."""
-    from .errors import fail
+    from .errors import fail, load_jsons
     from ..registry import Registry, RegistryError
     from ..registry.graph_rule import dispatch_guard as guard_calls, file_graph_winners
-    from ..report import load_json
-    docs = []
-    for path in timings:
-        try:
-            docs.append(load_json(path))
-        except FileNotFoundError:
-            fail(f"{path}: no such file", code=1)
-            return
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as e:
-            fail(f"{path}: not a graph_clock JSON ({type(e).__name__}: {e})", code=1)
-            return
+    docs = load_jsons(timings, "graph_clock JSON")
     try:
         reg = Registry.load(registry)
         if reg.shipped:
