@@ -102,8 +102,9 @@ def dispatched_call(e, p, a, b, c) -> tuple[str, object]:
     """The call a cuBLAS entry dispatches (lt_dispatch.choose, as cudal2.matmul runs it) and, where
     it is none of the baselines' own calls, a function running it: cuBLASLt autotune's *stored*
     algorithm. The autotune baseline tunes again in this process and may time another algorithm
-    than the one dispatch runs (run 151, 4096x64x8192:nn: its stored algorithm filed at 28.99 µs,
-    this process's 32.1-32.4), so it is no evidence of what the entry serves."""
+    than the one dispatch runs, so it is no evidence of what the entry serves (H100 run 153, same
+    run: 2048x64x16384:nn's stored algorithm 33.6 µs, the column 30.2-30.3; 4096x64x8192:nn's
+    column 32.1-32.4 µs in run 151's processes, 30.1-30.2 in run 153's, its stored one 29.8)."""
     from cudal2 import lt_dispatch
     target, words, _ = lt_dispatch.choose(e, lt_dispatch.lt_version())
     if target != "cublaslt-autotune":
