@@ -78,7 +78,7 @@ def test_cli_examples_run(workdir):
         if "--replay" in cmd and "--cost-model" not in cmd:
             replay_err = r.stderr
     outs = dict(ran)
-    assert len(ran) == 15
+    assert len(ran) == 16
     interp = next(o for c, o in ran if "--interpret" in c)
     assert interp.count("PASS") == 6
     replay = next(o for c, o in ran if "--replay" in c)
@@ -106,6 +106,11 @@ def test_cli_examples_run(workdir):
     assert "0 entries re-rendered" in outs["cudal2 registry rerender --registry runs/my-registry"]
     # the H100's whole-grid compare (runs 87-90): its shapes without an entry, one timing each, so
     # no cuBLASLt call qualifies (>= 2 timings) and every entry it would file calls torch.matmul
+    # the graph-clock rule over run 148's one timing (no server mode, no dispatched call): nothing
+    # files, each shape says why, and no dispatched call is guarded
+    graph = next(o for c, o in ran if c.startswith("cudal2 registry file-graph"))
+    assert "h100-sm90: would file 0 kernel entries over cuBLAS entries (none); 39 shapes left alone" in graph
+    assert "# timing(s) of it, the rule asks #" in graph and "--dispatch-guard 0.97: 0 dispatched calls" in graph
     filed = next(o for c, o in ran if c.startswith("cudal2 registry file-cublas"))
     m = re.search(r"h100-sm90: would file (\d+) cuBLAS entries \(torch (\d+)\); (\d+) shapes left alone", filed)
     # every one calls torch.matmul; with the shapes that hold an entry, the compare's 1000
