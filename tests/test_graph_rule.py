@@ -239,3 +239,13 @@ def test_dispatch_guard_keeps_out_a_dispatched_call_slower_than_torch_in_every_t
         d["rows"][0]["cublaslt-heuristic offline us"] = h
     assert [c for _, c, _ in dispatch_guard(root, docs)] == ["cublaslt-heuristic"]
     assert Registry.load(root).entries[KEY][WIN].dispatch["target"] == "torch"
+    # a dry run follows the same chain (both calls) and writes nothing
+    (tmp_path / "b").mkdir()
+    fresh = _registry(tmp_path / "b")
+    e = _cublas(WIN)
+    e.dispatch = cublas_choice(reps, 1.01)
+    e.lt_algo = {"data": [1, 2, 3, 4, 5, 6, 7, 8], "cublasLt": 130100}
+    Registry.load(fresh).add(e, None)
+    got = dispatch_guard(fresh, docs, dry_run=True)
+    assert [c for _, c, _ in got] == ["cublaslt-autotune", "cublaslt-heuristic"] and got[-1][0].dispatch["target"] == "torch"
+    assert Registry.load(fresh).entries[KEY][WIN].dispatch["target"] == "cublaslt-autotune"

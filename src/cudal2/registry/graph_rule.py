@@ -102,14 +102,14 @@ def verdict(entry: Entry | None, rows: list[tuple[int, dict]], offline_min: floa
     target = (entry.dispatch or {}).get("target")
     # A timing that did not time the dispatched call (an autotune entry's stored algorithm, before
     # graph_clock timed it) is no evidence either way; every other timing given must hold the rule.
-    judged = [(i, r) for i, r in mine if None not in (vs_dispatched(r, c, target) for c in ("offline", "graph"))]
-    if len({i for i, _ in judged}) < min_timings:
-        why = f"{len({i for i, _ in judged})} timing(s) of it, the rule asks {min_timings}"
-        if len(judged) < len(mine):
-            why += (f" ({len(mine) - len(judged)} more did not time the call the entry dispatches, "
+    ok = judged(mine, target)
+    if len({i for i, _ in ok}) < min_timings:
+        why = f"{len({i for i, _ in ok})} timing(s) of it, the rule asks {min_timings}"
+        if len(ok) < len(mine):
+            why += (f" ({len(mine) - len(ok)} more did not time the call the entry dispatches, "
                     f"{target}: graph_clock's autotune column tunes again, it is not the stored algorithm)")
         return why
-    for i, r in judged:
+    for i, r in ok:
         off = _ratio(r, f"{NAME} offline / best-cublas")
         gr = _ratio(r, f"{NAME} graph / best-cublas")
         srv = _ratio(r, f"{NAME} server / torch")
@@ -143,16 +143,21 @@ def vs_dispatched(row: dict, clock: str, target: str | None) -> float | None:
     return t / k if t and k else None
 
 
+def judged(rows: list[tuple[int, dict]], target: str | None) -> list[tuple[int, dict]]:
+    """The rows that timed the call an entry dispatching `target` runs, on both clocks the rule reads
+    (a timing that did not is no evidence either way: see vs_dispatched)."""
+    return [(i, r) for i, r in rows if None not in (vs_dispatched(r, c, target) for c in ("offline", "graph"))]
+
+
 def _kernel_entry(old: Entry, rows: list[tuple[int, dict]], docs: list[dict], rule: dict) -> Entry:
     """The kernel entry that replaces cuBLAS entry `old`, timed as the latest row that judged it says."""
     from ..spec import KernelSpec
     target = (old.dispatch or {}).get("target")
-    rows = [(j, r) for j, r in rows if None not in (vs_dispatched(r, c, target) for c in ("offline", "graph"))]
+    rows = judged(rows, target)
     i, last = rows[-1]
     spec = KernelSpec.parse(old.times["best_kernel_spec"])
     names = [k[:-len(" offline us")] for k in last if k.endswith(" offline us") and not k.startswith(NAME + " ")
              and not k.startswith("best-cublas ")]
-    target = (old.dispatch or {}).get("target")
     per = [{"timing": j + 1, **{c: _ratio(r, f"{NAME} {c} / best-cublas") for c in ("offline", "graph")},
             **{f"{c}_vs_dispatched": vs_dispatched(r, c, target) for c in ("offline", "graph")},
             "server_vs_torch": _ratio(r, f"{NAME} server / torch"), "commit": (docs[j].get("versions") or {}).get("commit")}
@@ -253,9 +258,6 @@ def dispatch_guard(registry, docs: list[dict], guard: float = SERVER_GUARD, min_
         calls = {call: min(v) for call, v in per_call.items() if len(v) >= min_timings}
         if calls.get(e.dispatch["target"], 0.0) > 1.0 / guard:
             kindest[p] = {"torch": 1.0, **calls}
-    if dry_run:
-        return [(held[p], held[p].dispatch["target"], 1.0 / tc[held[p].dispatch["target"]])
-                for p, tc in sorted(kindest.items())]
     # algos: the stored one for each (the dispatched column timed it), so call_guard counts it
     algos = {p: held[p].lt_algo for p in kindest if held[p].lt_algo}
-    return call_guard(registry, key, kindest, guard, algos, mode="offline")
+    return call_guard(registry, key, kindest, guard, algos, mode="offline", dry_run=dry_run)

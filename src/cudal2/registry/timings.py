@@ -250,7 +250,8 @@ def call_timings(compare_json: dict) -> dict:
 
 
 def call_guard(registry_path, device_key: str, timings: dict, guard: float,
-               algos: dict | None = None, mode: str = "server") -> list[tuple[Entry, str, float]]:
+               algos: dict | None = None, mode: str = "server",
+               dry_run: bool = False) -> list[tuple[Entry, str, float]]:
     """server_guard's rule for cuBLAS entries: the cuBLASLt call an entry dispatches, where it ran
     slower than torch.matmul by more than `guard` in a server-mode compare (`call_timings`), is kept
     out of its choice from then on (the record's "cold"); the entry then dispatches its next
@@ -261,7 +262,8 @@ def call_guard(registry_path, device_key: str, timings: dict, guard: float,
     torch.matmul, and a server meets its weights cold. `algos` as in add_timings: an autotune column
     that timed another algorithm than the stored one is no evidence against it. Returns (entry,
     call, ratio) per call kept out. `mode` names the clock the timings are of in the record's
-    reason ("offline": graph_rule.dispatch_guard's repeated graph_clock timings)."""
+    reason ("offline": graph_rule.dispatch_guard's repeated graph_clock timings). `dry_run`: the
+    same rule on copies of the entries (those returned), nothing written."""
     if not 0.0 < guard <= 1.0:
         raise RegistryError(f"the server guard is a ratio to torch.matmul in (0, 1], got {guard}")
     out: list[tuple[Entry, str, float]] = []
@@ -281,6 +283,11 @@ def call_guard(registry_path, device_key: str, timings: dict, guard: float,
             out.append((e, call, ratio))
             changed = True
         return changed
-    Registry.load(registry_path).update(device_key, block)
+    if dry_run:
+        import copy
+        for e in Registry.load(registry_path).all(device_key):
+            block(copy.deepcopy(e))
+    else:
+        Registry.load(registry_path).update(device_key, block)
     return out
 
