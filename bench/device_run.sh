@@ -261,7 +261,7 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # (index_rechecked.json.gz: copy it over src/cudal2/registry/index.json after checking that
       # only check fields moved; --time-limit ends the checks in time to record what passed, and the
       # summary line counts what is left for the next call). On an H100 (nothing pending there since
-      # run 138): the lost kernels timed twice for file-graph (below), ~450 s.
+      # run 138): the graph rule's pending check and its shapes as dispatched (below), ~560 s.
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         ntests="tests/test_pdl_families_gpu.py tests/test_backends_gpu.py::test_mma_split_k_is_deterministic_and_stream_safe"
         timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 50 -rfE $ntests \
@@ -270,13 +270,18 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         timeout 440 cudal2 registry verify --gpu --render --record --pending-only --time-limit 380 --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
         tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
       else
-        # The graph-clock rule's evidence (2026-12-07, cudal2 registry file-graph): two independent
-        # timings of the H100's 39 small / skinny cuBLAS entries' lost kernels on the offline, graph
-        # and server clocks (~3 s a shape). Then, here: file-graph on an export, the index back,
-        # and a later call's verify --pending-only plus the small class as dispatched. Left for
-        # after it: skinny nn / nt and small nt as dispatched a third time (runs 148-150's add-timings
-        # moved 12 cuBLAS entries since they were timed: graph:bench/graph_skinny.txt:nn:110:3 ...).
-        bash "$0" lost:small,skinny:nt,nn:200:1 lost:small,skinny:nt,nn:200:2
+        # After runs 151-153 (2026-12-07, file-graph): 64x8192x2048:nt's full check (pending) on an
+        # export (index_rechecked.json.gz: copy it over src/cudal2/registry/index.json after checking
+        # that only check fields moved); the shapes the graph rule and its dispatch guard moved, as
+        # dispatched, twice (bench/graph_rule_h100_{nt,nn}.txt: 2048x64x16384:nn and 64x2048x12288:nn
+        # not timed since); then skinny nn a third time (runs 148-150's add-timings moved 12 cuBLAS
+        # entries since they were timed; skinny nt and small nt next). ~400 s; 8 files with `info`.
+        rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
+        timeout 100 cudal2 registry verify --gpu --render --record --pending-only --time-limit 70 --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
+        tail -3 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
+        bash "$0" graph:bench/graph_rule_h100_nt.txt:nt:40:r3 graph:bench/graph_rule_h100_nn.txt:nn:50:r3 \
+          graph:bench/graph_rule_h100_nt.txt:nt:40:r4 graph:bench/graph_rule_h100_nn.txt:nn:50:r4 \
+          graph:bench/graph_skinny.txt:nn:110:3
       fi ;;
     *)
       echo "unknown stage $stage" ;;
