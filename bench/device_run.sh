@@ -4,7 +4,8 @@
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
-# small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS] next.
+# small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
+# profile19[:SECONDS] next.
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -247,6 +248,18 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       IFS=: read -r _ pfile psecs <<<"$stage"
       timeout $((${psecs:-300} + 60)) python3 bench/hopper_sweep.py --out "$OUT" --pairs "$pfile" --n-cands 0 \
         --time-limit "${psecs:-300}" --tag "pairs_$(basename "$pfile" .txt)" 2>&1 | tail -12 ;;
+    profile19|profile19:*)
+      # profile19[:SECONDS] (default 170): issue 19's Nsight Compute profiles, ours against cuBLASLt's
+      # autotuned kernel at the issue's three shapes (nt), with the specs both cards file or search
+      # best there (1024x1024x8192: 64x128 one consumer, 8 stages, and a 128x128 split-K 2;
+      # 4096x4096x512: 256x128; 4096^3: 128x256); ~20 s a kernel under ncu (H100 run 100).
+      psecs=170; [ "$stage" != profile19 ] && psecs=${stage#profile19:}
+      W="backend=cuda family=wgmma bk=64 group_m=8 cluster=1"
+      timeout "$psecs" python3 bench/kernel_profile.py --out "$OUT" \
+        --case "1024x1024x8192:nt|$W bm=64 bn=128 warps=8 stages=8 split_k=1 subtile=1 warp_spec=1|$W bm=128 bn=128 warps=12 stages=6 split_k=2 subtile=1 warp_spec=1|cublaslt-autotune" \
+        --case "4096x4096x512:nt|$W bm=256 bn=128 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
+        --case "4096x4096x4096:nt|$W bm=128 bn=256 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
+        2>&1 | grep -v "^  " | tail -12 ;;
     small-sweep|small-sweep:*)
       # small-sweep[:NN_S[:NT_S]] (defaults 120, 80): issue 20's coverage pass on an H100 (small_sweep above)
       IFS=: read -r _ s_nn s_nt <<<"$stage"; small_sweep "${s_nn:-120}" "${s_nt:-80}" ;;
@@ -255,20 +268,20 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       secs=300; [ "$stage" != transfer ] && secs=${stage#transfer:}; transfer_new "$secs" ;;
     next)
       # The first call of the next card session (rewritten 2026-12-06 17:30, CPU), by card, ~520 s at
-      # most. On an H200: the PDL GPU tests (mma / stream / Triton tiled: checker, chains, graphs;
-      # run 131 passed them on an H100), then the full checker over the H200's 741 entries
+      # most. On an H200: the full checker over the H200's 741 entries
       # re-rendered for PDL (556 wgmma, 81 mma / stream, 104 tiled), recorded on an export
       # (index_rechecked.json.gz: copy it over src/cudal2/registry/index.json after checking that
       # only check fields moved; --time-limit ends the checks in time to record what passed, and the
       # summary line counts what is left for the next call). On an H100 (nothing pending there since
       # run 138): the graph rule's pending check and its shapes as dispatched (below), ~560 s.
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-        ntests="tests/test_pdl_families_gpu.py tests/test_backends_gpu.py::test_mma_split_k_is_deterministic_and_stream_safe"
-        timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 50 -rfE $ntests \
-          >"$OUT/gpu_tests.txt" 2>&1; tail -6 "$OUT/gpu_tests.txt"
+        # (2026-12-07: the PDL GPU tests dropped from this call, run 131 passed them on an H100 and
+        # verify runs the same checker on every pending kernel; issue 19's H200 profiles added, the
+        # one figure that issue still lacks from this card. Runs since 96 were all H100s.)
         rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
-        timeout 440 cudal2 registry verify --gpu --render --record --pending-only --time-limit 380 --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
+        timeout 320 cudal2 registry verify --gpu --render --record --pending-only --time-limit 260 --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
         tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
+        bash "$0" profile19:170
       else
         # After runs 151-153 (2026-12-07, file-graph): 64x8192x2048:nt's full check (pending) on an
         # export (index_rechecked.json.gz: copy it over src/cudal2/registry/index.json after checking

@@ -15,16 +15,11 @@ BEFORE=${2:-0}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
-W="backend=cuda family=wgmma bk=64 group_m=8 cluster=1"
 if [ "${CARD_KEY:-}" = h200-sm90 ]; then
   rt=$(mktemp -d)
   OUT="$rt" bash "$(dirname "$0")/device_run.sh" retime:retime_nn:nn retime:retime_nt:nt 2>&1 | tail -12
   tar czf "$OUT/retime.tgz" -C "$rt" .
-  timeout 170 python3 bench/kernel_profile.py --out "$OUT" \
-    --case "1024x1024x8192:nt|$W bm=64 bn=128 warps=8 stages=8 split_k=1 subtile=1 warp_spec=1|$W bm=128 bn=128 warps=12 stages=6 split_k=2 subtile=1 warp_spec=1|cublaslt-autotune" \
-    --case "4096x4096x512:nt|$W bm=256 bn=128 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
-    --case "4096x4096x4096:nt|$W bm=128 bn=256 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
-    2>&1 | grep -v "^  " | tail -12
+  bash "$(dirname "$0")/device_run.sh" profile19:170
 fi
 # the timeline last on an H200 (the retime and profiles are what only that card can give)
 left=$(( 560 - SECONDS )); [ $left -gt 200 ] && left=200
