@@ -5,7 +5,7 @@
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
-# profile19[:SECONDS] next.
+# profile19[:SECONDS] next[:SECONDS].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -266,35 +266,34 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
     transfer|transfer:*)
       # transfer[:SECONDS] (default 300): transfer_new above
       secs=300; [ "$stage" != transfer ] && secs=${stage#transfer:}; transfer_new "$secs" ;;
-    next)
-      # The first call of the next card session (rewritten 2026-12-06 17:30, CPU), by card, ~520 s at
-      # most. On an H200: the full checker over the H200's 741 entries
-      # re-rendered for PDL (556 wgmma, 81 mma / stream, 104 tiled), recorded on an export
-      # (index_rechecked.json.gz: copy it over src/cudal2/registry/index.json after checking that
-      # only check fields moved; --time-limit ends the checks in time to record what passed, and the
-      # summary line counts what is left for the next call). On an H100 (nothing pending there since
-      # run 138): the graph rule's pending check and its shapes as dispatched (below), ~560 s.
+    next|next:*)
+      # next[:SECONDS] (default 560): the first call of the next card session, by card, time-boxed.
+      # On an H200 (none since run 96; rewritten 2026-12-07, CPU): issue 19's Nsight profiles
+      # (profile19, ~170 s: the one figure that issue still lacks from this card), then the full
+      # checker over the H200's 741 entries re-rendered for PDL (556 wgmma, 81 mma / stream, 104
+      # tiled; the PDL GPU tests are not re-run, run 131 passed them on an H100 and verify runs the
+      # checker on each kernel) in what is left, recorded on an export (index_rechecked.json.gz: copy
+      # it over src/cudal2/registry/index.json after checking that only check fields moved; the
+      # summary line counts what is left for the next call).
+      nsecs=560; [ "$stage" != next ] && nsecs=${stage#next:}
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-        # (2026-12-07: the PDL GPU tests dropped from this call, run 131 passed them on an H100 and
-        # verify runs the same checker on every pending kernel; issue 19's H200 profiles added, the
-        # one figure that issue still lacks from this card. Runs since 96 were all H100s.)
-        rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
-        timeout 320 cudal2 registry verify --gpu --render --record --pending-only --time-limit 260 --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
-        tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
         bash "$0" profile19:170
+        vsecs=$((nsecs - SECONDS - 40))
+        if [ $vsecs -gt 60 ]; then
+          rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
+          timeout $((vsecs + 30)) cudal2 registry verify --gpu --render --record --pending-only --time-limit $((vsecs - 30)) \
+            --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
+          tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
+        fi
       else
-        # After runs 151-153 (2026-12-07, file-graph): 64x8192x2048:nt's full check (pending) on an
-        # export (index_rechecked.json.gz: copy it over src/cudal2/registry/index.json after checking
-        # that only check fields moved); the shapes the graph rule and its dispatch guard moved, as
-        # dispatched, twice (bench/graph_rule_h100_{nt,nn}.txt: 2048x64x16384:nn and 64x2048x12288:nn
-        # not timed since); then skinny nn a third time (runs 148-150's add-timings moved 12 cuBLAS
-        # entries since they were timed; skinny nt and small nt next). ~400 s; 8 files with `info`.
-        rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
-        timeout 100 cudal2 registry verify --gpu --render --record --pending-only --time-limit 70 --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
-        tail -3 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
-        bash "$0" graph:bench/graph_rule_h100_nt.txt:nt:40:r3 graph:bench/graph_rule_h100_nn.txt:nn:50:r3 \
-          graph:bench/graph_rule_h100_nt.txt:nt:40:r4 graph:bench/graph_rule_h100_nn.txt:nn:50:r4 \
-          graph:bench/graph_skinny.txt:nn:110:3
+        # On an H100 (nothing pending; runs 154-156 checked the last graph-rule entry): the six
+        # shapes runs 154-156's add-timings moved (bench/guard_moved_h100_{nt,nn}.txt), as
+        # dispatched, twice; then small nn a third time (bench/graph_small_nt.txt's 152 shapes,
+        # resumable: the same stage again goes on).
+        bash "$0" graph:bench/guard_moved_h100_nt.txt:nt:30:g1 graph:bench/guard_moved_h100_nn.txt:nn:30:g1 \
+          graph:bench/guard_moved_h100_nt.txt:nt:30:g2 graph:bench/guard_moved_h100_nn.txt:nn:30:g2
+        gsecs=$((nsecs - SECONDS - 30))
+        [ $gsecs -gt 40 ] && bash "$0" graph:bench/graph_small_nt.txt:nn:$gsecs:3
       fi ;;
     *)
       echo "unknown stage $stage" ;;
