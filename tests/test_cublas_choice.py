@@ -228,6 +228,33 @@ def test_cli_add_timings(tmp_path):
     assert r.exit_code == 1 and "not a cudal2 compare JSON" in r.output
 
 
+def test_cli_add_timings_takes_every_timing_at_once(tmp_path):
+    """Several compares in one call: each is one more timing of the entry, in the order given (the
+    entry's record holds both, and the choice is over all of them); a bad file among them changes
+    nothing, not even the good files read before it."""
+    from typer.testing import CliRunner
+
+    from cudal2.cli import app
+    from cudal2.registry import Registry as Reg
+    reg = tmp_path / "reg"
+    Registry.load(reg, create=True).add(entry_with(None, torch=10.0, **{AT: 9.0}), None)
+    a = _compare_file(tmp_path / "a.json", [(Problem(512, 512, 4096), rep(10.0, 9.8, 10.2))])     # autotune 1.020x
+    b = _compare_file(tmp_path / "b.json", [(Problem(512, 512, 4096), rep(10.0, 10.05, 10.3))])   # autotune 0.995x
+    (tmp_path / "bad.json").write_text("{}")
+    before = (reg / "index.json").read_text()
+    r = CliRunner().invoke(app, ["registry", "add-timings", str(a), str(tmp_path / "bad.json"), "--registry", str(reg)])
+    assert r.exit_code == 1 and "bad.json: not a cudal2 compare JSON" in r.output, r.output
+    assert (reg / "index.json").read_text() == before
+    r = CliRunner().invoke(app, ["registry", "add-timings", str(a), str(b), "--registry", str(reg)])
+    assert r.exit_code == 0, r.output
+    assert r.output.index("== " + str(a)) < r.output.index("== " + str(b))
+    [e] = Reg.load(reg).all("h200-sm90")
+    # the filing timing (torch 10.0, autotune 9.0) and the two added: autotune lost b by 0.5%
+    assert e.dispatch["repeats"] == [rep(10.0, 9.0), rep(10.0, 9.8, 10.2), rep(10.0, 10.05, 10.3)]
+    assert e.dispatch["target"] == "torch"
+    assert "h200-sm90/512x512x4096:nn: cublaslt-autotune -> torch" in r.output
+
+
 def test_the_dispatched_calls_timing_stands_in_for_its_baseline():
     """A compare row that cudal2 served through a cuBLASLt call (cudal2_via) timed that call, with
     the entry's stored algorithm, as cudal2's column: that is the evidence for the entry, not the

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -307,8 +307,8 @@ def rerender_cmd(registry: Optional[str] = _REG_OPT,
                   f"--registry {reg.root}" if pending else ""))
 
 
-def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare --json` file of this device "
-                                                                  "(gzipped or not)"),
+def add_timings_cmd(compares: List[str] = typer.Argument(..., help="`cudal2 compare --json` files of this device "
+                                                                       "(gzipped or not), applied in the order given"),
                     registry: Optional[str] = _REG_OPT,
                     margin: Optional[float] = typer.Option(None, "--margin", help="the cuBLAS margin (default: "
                                                            "each entry's own, 1.01)"),
@@ -320,38 +320,58 @@ def add_timings_cmd(compare: str = typer.Argument(..., help="a `cudal2 compare -
                     oguard: Optional[float] = typer.Option(
                         None, "--offline-guard", help="also re-file as cuBLAS each kernel entry that ran under this "
                         "ratio of torch.matmul in the compare's offline medians (e.g. 0.97: issue 22's bar)")) -> None:
-    """Add a compare run's timings to the cuBLAS entries' evidence and choose their calls again."""
+    """Add compare runs' timings to the cuBLAS entries' evidence and choose their calls again.
+
+    Several compares (every timing of a set: run 154-156's seven, 2026-12-07) are all read before
+    any is applied, so a bad file changes nothing; each then counts as one timing, in order."""
     from .errors import fail
-    from ..registry import (RegistryError, add_timings, autotune_algos, call_guard, call_timings, compare_timings,
-                            offline_guard, offline_kernel_timings, server_guard, server_timings)
+    from ..registry import RegistryError
     from ..report import load_json
     reg = _load(registry)
     if reg.shipped:
         fail("the shipped registry is read-only here: export it, add the timings to the copy, ship that", code=1)
         return
-    try:
-        data = load_json(compare)                   # committed compares are gzipped
-        device = data["versions"]["device_key"]
-        guarded = []
-        if guard is not None:       # first: the entries it re-files take this compare's timings below
-            srv = server_timings(data)
-            if not srv and "server" not in data.get("config", {}).get("modes", []):
-                fail(f"{compare}: --server-guard needs a compare with server mode (--mode both)", code=1)
-                return
-            guarded = server_guard(reg.root, device, srv, guard)
-        oguarded = offline_guard(reg.root, device, offline_kernel_timings(data), oguard) if oguard is not None else []
-        algos = autotune_algos(data)
-        moved = add_timings(reg.root, device, compare_timings(data), margin, algos)
-        calls = call_guard(reg.root, device, call_timings(data), guard, algos) if guard is not None else []
-    except FileNotFoundError:
-        fail(f"{compare}: no such file", code=1)
-        return
-    except (KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as e:
-        fail(f"{compare}: not a cudal2 compare JSON ({type(e).__name__}: {e})", code=1)
-        return
-    except RegistryError as e:
-        fail(str(e), code=1)
-        return
+    loaded = []
+    for compare in compares:
+        try:
+            data = load_json(compare)                   # committed compares are gzipped
+            loaded.append((compare, data["versions"]["device_key"], _timings_of(data)))
+        except FileNotFoundError:
+            fail(f"{compare}: no such file", code=1)
+            return
+        except (KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as e:
+            fail(f"{compare}: not a cudal2 compare JSON ({type(e).__name__}: {e})", code=1)
+            return
+        if guard is not None and not (loaded[-1][2]["server"] or "server" in data.get("config", {}).get("modes", [])):
+            fail(f"{compare}: --server-guard needs a compare with server mode (--mode both)", code=1)
+            return
+    for compare, device, t in loaded:
+        if len(loaded) > 1:
+            typer.echo(f"== {compare}")
+        try:
+            _add_one(reg, t, device, margin, guard, oguard)
+        except RegistryError as e:
+            fail(str(e), code=1)
+            return
+
+
+def _timings_of(data: dict) -> dict:
+    """What add-timings reads from one compare, read before anything is applied (a malformed row
+    fails here, with the registry untouched)."""
+    from ..registry import (autotune_algos, call_timings, compare_timings, offline_kernel_timings,
+                            server_timings)
+    return {"server": server_timings(data), "offline_kernels": offline_kernel_timings(data),
+            "algos": autotune_algos(data), "offline": compare_timings(data), "calls": call_timings(data)}
+
+
+def _add_one(reg, t: dict, device: str, margin, guard, oguard) -> None:
+    """One compare's timings (_timings_of) into the registry, what moved echoed."""
+    from ..registry import add_timings, call_guard, offline_guard, server_guard
+    # the server guard first: the entries it re-files take this compare's timings below
+    guarded = server_guard(reg.root, device, t["server"], guard) if guard is not None else []
+    oguarded = offline_guard(reg.root, device, t["offline_kernels"], oguard) if oguard is not None else []
+    moved = add_timings(reg.root, device, t["offline"], margin, t["algos"])
+    calls = call_guard(reg.root, device, t["calls"], guard, t["algos"]) if guard is not None else []
     for e, ratio in guarded:
         typer.echo(f"{e.key}: kernel -> cuBLAS (server mode {ratio:.3f}x of torch.matmul, guard {guard})")
     if guard is not None:
