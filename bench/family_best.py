@@ -21,10 +21,9 @@ import sys
 from pathlib import Path
 
 
-def best_ratios(stores: list[str], device: str, family: str) -> tuple[dict, dict]:
-    """({problem: best ratio of `family`}, {problem: best ratio of any family}) over every ok
-    measurement on `device`; ratio = best-cublas µs / kernel µs of the same measurement."""
-    fam, anyf = {}, {}
+def store_ratios(stores: list[str], device: str):
+    """(spec, problem, ratio) of every ok measurement on `device` in the `cudal2 generate` stores
+    (plain or .db.gz); ratio = best-cublas µs / kernel µs of the same measurement."""
     from cudal2.cli.stores import sqlite_copy          # a committed .db.gz, read from a temp copy
     for s in stores:
         path, tmp = sqlite_copy(s, option="--stores")
@@ -33,14 +32,21 @@ def best_ratios(stores: list[str], device: str, family: str) -> tuple[dict, dict
             rows = con.execute("select spec, problem, time_us, best_cublas_us from measurements where "
                                "status = 'ok' and device = ? and time_us > 0 and best_cublas_us > 0", (device,))
             for spec, problem, t, bar in rows:
-                r = bar / t
-                anyf[problem] = max(anyf.get(problem, 0.0), r)
-                if f" family={family} " in f" {spec} ":
-                    fam[problem] = max(fam.get(problem, 0.0), r)
+                yield spec, problem, bar / t
             con.close()
         finally:
             if tmp is not None:
                 tmp.cleanup()
+
+
+def best_ratios(stores: list[str], device: str, family: str) -> tuple[dict, dict]:
+    """({problem: best ratio of `family`}, {problem: best ratio of any family}) over every ok
+    measurement on `device` (store_ratios)."""
+    fam, anyf = {}, {}
+    for spec, problem, r in store_ratios(stores, device):
+        anyf[problem] = max(anyf.get(problem, 0.0), r)
+        if f" family={family} " in f" {spec} ":
+            fam[problem] = max(fam.get(problem, 0.0), r)
     return fam, anyf
 
 

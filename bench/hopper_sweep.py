@@ -83,25 +83,18 @@ def extra_specs(extra: str, extra_file: str = "") -> list[str]:
 
 
 def read_pairs(path: str) -> dict:
-    """--pairs: {Problem: [spec text, ...]} from 'MxNxK:layout|spec' lines ('#' starts a comment),
-    in the file's order; a malformed line fails before any compile, naming its number."""
+    """--pairs: {Problem: [spec text, ...]} from 'MxNxK:layout|spec' lines ('#' starts a comment), in
+    the file's order (cudal2.rl.leads.read_leads, the layout required); a malformed line fails before
+    any compile, naming its number."""
     from cudal2.problems import Problem
-    from cudal2.spec import KernelSpec
-    out: dict = {}
-    for i, ln in enumerate(Path(path).read_text().splitlines(), 1):
-        ln = ln.split("#", 1)[0].strip()
-        if not ln:
-            continue
-        shape, sep, spec = ln.partition("|")
-        if not sep or ":" not in shape:
-            raise SystemExit(f"error: {path}:{i}: not 'MxNxK:layout|spec': {ln[:80]}")
-        try:
-            out.setdefault(Problem.parse(shape.strip()), []).append(KernelSpec.parse(spec.strip()).text)
-        except Exception as e:
-            raise SystemExit(f"error: {path}:{i}: {e}") from None
-    if not out:
+    from cudal2.rl.leads import LeadError, read_leads
+    try:
+        leads = read_leads(path, layout=None, option="--pairs")
+    except LeadError as e:
+        raise SystemExit(f"error: {e}") from None
+    if not leads:
         raise SystemExit(f"error: {path} has no pairs")
-    return out
+    return {Problem.parse(p): [s.text for s in specs] for p, specs in leads.items()}
 
 
 def add_pairs(specs: dict, pairs: dict, dev) -> None:

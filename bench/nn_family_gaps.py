@@ -16,30 +16,21 @@ where the search did not look.
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import sys
 from collections import Counter
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 
 def measured(stores: list[str], device: str, family: str) -> dict:
     """{problem: {spec: best ratio (best-cublas µs / kernel µs of one measurement)}} of `family`."""
-    from cudal2.cli.stores import sqlite_copy
+    from family_best import store_ratios
     out: dict = {}
-    for s in stores:
-        path, tmp = sqlite_copy(s, option="--stores")
-        try:
-            con = sqlite3.connect(path)
-            for spec, problem, t, bar in con.execute(
-                    "select spec, problem, time_us, best_cublas_us from measurements where status = 'ok' "
-                    "and device = ? and time_us > 0 and best_cublas_us > 0", (device,)):
-                if f" family={family} " in f" {spec} ":
-                    d = out.setdefault(problem, {})
-                    d[spec] = max(d.get(spec, 0.0), bar / t)
-            con.close()
-        finally:
-            if tmp is not None:
-                tmp.cleanup()
+    for spec, problem, r in store_ratios(stores, device):
+        if f" family={family} " in f" {spec} ":
+            d = out.setdefault(problem, {})
+            d[spec] = max(d.get(spec, 0.0), r)
     return out
 
 

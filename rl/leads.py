@@ -22,12 +22,15 @@ class LeadError(ValueError):
     pass
 
 
-def read_leads(path: str | Path) -> dict[str, list[KernelSpec]]:
-    """{problem text: [spec, ...]} in file order, duplicates dropped."""
+def read_leads(path: str | Path, layout: str | None = "nn", option: str = "--lead-specs"
+               ) -> dict[str, list[KernelSpec]]:
+    """{problem text: [spec, ...]} in file order, duplicates dropped. `layout`: the layout of a shape
+    written without one (None: every line must name it, as bench/hopper_sweep.py --pairs asks);
+    `option`: the command-line option the errors name."""
     try:
         lines = Path(path).read_text().splitlines()
     except OSError as e:
-        raise LeadError(f"--lead-specs {path}: {e.strerror or e}") from None
+        raise LeadError(f"{option} {path}: {e.strerror or e}") from None
     out: dict[str, list[KernelSpec]] = {}
     for i, line in enumerate(lines, 1):
         line = line.split("#", 1)[0].strip()
@@ -35,12 +38,14 @@ def read_leads(path: str | Path) -> dict[str, list[KernelSpec]]:
             continue
         shape, bar, text = line.partition("|")
         if not bar:
-            raise LeadError(f"--lead-specs {path}:{i}: expected 'MxNxK:layout|spec', got {line!r}")
+            raise LeadError(f"{option} {path}:{i}: expected 'MxNxK:layout|spec', got {line!r}")
+        if layout is None and ":" not in shape:
+            raise LeadError(f"{option} {path}:{i}: not 'MxNxK:layout|spec' (no layout): {line[:80]!r}")
         try:
-            p = Problem.parse(shape.strip(), None if ":" in shape else "nn")
+            p = Problem.parse(shape.strip(), None if ":" in shape else layout)
             spec = KernelSpec.parse(text.strip())
         except (ProblemError, SpecError, ValueError) as e:
-            raise LeadError(f"--lead-specs {path}:{i}: {e}") from None
+            raise LeadError(f"{option} {path}:{i}: {e}") from None
         specs = out.setdefault(p.text, [])
         if spec not in specs:
             specs.append(spec)

@@ -324,22 +324,17 @@ def add_timings_cmd(compares: List[str] = typer.Argument(..., help="`cudal2 comp
 
     Several compares (every timing of a set: run 154-156's seven, 2026-12-07) are all read before
     any is applied, so a bad file changes nothing; each then counts as one timing, in order."""
-    from .errors import fail
+    from .errors import fail, load_jsons
     from ..registry import RegistryError
-    from ..report import load_json
     reg = _load(registry)
     if reg.shipped:
         fail("the shipped registry is read-only here: export it, add the timings to the copy, ship that", code=1)
         return
     loaded = []
-    for compare in compares:
+    for compare, data in zip(compares, load_jsons(compares, "cudal2 compare JSON")):
         try:
-            data = load_json(compare)                   # committed compares are gzipped
             loaded.append((compare, data["versions"]["device_key"], _timings_of(data)))
-        except FileNotFoundError:
-            fail(f"{compare}: no such file", code=1)
-            return
-        except (KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as e:
+        except (KeyError, TypeError) as e:
             fail(f"{compare}: not a cudal2 compare JSON ({type(e).__name__}: {e})", code=1)
             return
         if guard is not None and not (loaded[-1][2]["server"] or "server" in data.get("config", {}).get("modes", [])):
