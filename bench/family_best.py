@@ -116,7 +116,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from cudal2.problems import grid as grid_problems, read_shape_file
     grid = [(p.M, p.N, p.K) for p in (read_shape_file(args.grid) if args.grid else grid_problems())]
-    fam, anyf = best_ratios(args.stores, args.device, args.family)
+    try:
+        fam, anyf = best_ratios(args.stores, args.device, args.family)
+    except ValueError as e:                  # sqlite_copy: a store that is missing or not readable
+        raise SystemExit(f"error: {e}") from None
+    if not anyf:                             # a --device the stores do not hold (e.g. "NVIDIA H200")
+        raise SystemExit(f"error: --stores hold no ok measurement of --device {args.device} "
+                         "(a device key such as h200-sm90)")
     add_sweeps(args.sweeps, args.device, args.family, fam, anyf)
     t = table(grid, fam, anyf)
     out = Path(args.out)

@@ -66,3 +66,12 @@ def test_sweeps_fold_in_a_cards_checked_rows(tmp_path):
     assert fam == {"64x64x64:nn": 1.3} and anyf == {"64x64x64:nn": 1.3, "128x128x128:nn": 0.9}
     with pytest.raises(SystemExit, match="not 'h100-sm90'"):
         fb.add_sweeps([str(path)], "h100-sm90", "wgmma", fam, anyf)
+
+
+def test_main_names_a_missing_store_and_a_device_the_stores_lack(tmp_path):
+    with pytest.raises(SystemExit, match=r"--stores .*nope\.db\.gz: no such file"):
+        fb.main(["--stores", str(tmp_path / "nope.db.gz"), "--out", str(tmp_path / "o")])
+    _store(tmp_path / "a.db", [("backend=cuda family=wgmma bm=64", "64x64x64:nt", "h200-sm90", "ok", 8.0, 9.0)])
+    with pytest.raises(SystemExit, match="no ok measurement of --device NVIDIA H200"):
+        fb.main(["--stores", str(tmp_path / "a.db"), "--device", "NVIDIA H200", "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()        # nothing written for a run that found nothing

@@ -20,7 +20,10 @@ def is_gzip(path: str | Path) -> bool:
 
 def sqlite_copy(path: str | Path, always: bool = False, option: str = "--replay"):
     """(SQLite path, temp dir or None); the caller cleans the temp dir up. ValueError (one line,
-    naming the `option` that gave the path) for a gzip file that does not decompress."""
+    naming the `option` that gave the path) for a path that is not a file or a gzip file that does
+    not decompress."""
+    if not Path(path).is_file():
+        raise ValueError(f"{option} {path}: no such file")
     gz = is_gzip(path)
     if not gz and not always:
         return str(path), None
