@@ -39,6 +39,20 @@ def store_ratios(stores: list[str], device: str):
                 tmp.cleanup()
 
 
+def read_stores(read):
+    """read() (a reader of --stores, through store_ratios); a store that is missing or not readable
+    (sqlite_copy's ValueError) ends the run with its one-line error."""
+    try:
+        return read()
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def no_rows(device: str, what: str = "ok measurement"):
+    """End a run whose --stores hold nothing of --device (e.g. "NVIDIA H200" for the key h200-sm90)."""
+    raise SystemExit(f"error: --stores hold no {what} of --device {device} (a device key such as h200-sm90)")
+
+
 def best_ratios(stores: list[str], device: str, family: str) -> tuple[dict, dict]:
     """({problem: best ratio of `family`}, {problem: best ratio of any family}) over every ok
     measurement on `device` (store_ratios)."""
@@ -116,13 +130,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from cudal2.problems import grid as grid_problems, read_shape_file
     grid = [(p.M, p.N, p.K) for p in (read_shape_file(args.grid) if args.grid else grid_problems())]
-    try:
-        fam, anyf = best_ratios(args.stores, args.device, args.family)
-    except ValueError as e:                  # sqlite_copy: a store that is missing or not readable
-        raise SystemExit(f"error: {e}") from None
-    if not anyf:                             # a --device the stores do not hold (e.g. "NVIDIA H200")
-        raise SystemExit(f"error: --stores hold no ok measurement of --device {args.device} "
-                         "(a device key such as h200-sm90)")
+    fam, anyf = read_stores(lambda: best_ratios(args.stores, args.device, args.family))
+    if not anyf:
+        no_rows(args.device)
     add_sweeps(args.sweeps, args.device, args.family, fam, anyf)
     t = table(grid, fam, anyf)
     out = Path(args.out)

@@ -67,7 +67,11 @@ def main(argv=None) -> int:
     if args.top < 1:
         ap.error("--top >= 1")
     other = "nt" if args.layout == "nn" else "nn"
-    rows = gaps(measured(args.stores, args.device, args.family), args.layout, other, args.device, args.top)
+    from family_best import no_rows, read_stores
+    have = read_stores(lambda: measured(args.stores, args.device, args.family))
+    if not have:
+        no_rows(args.device, f"ok {args.family} measurement")
+    rows = gaps(have, args.layout, other, args.device, args.top)
     head = [f"# {' '.join(['python3', *sys.argv])}",
             f"# {len(rows)} pairs: per {args.layout} grid shape, the {other} search's best {args.top} "
             f"{args.family} spec(s) never measured on {args.layout} ({args.device}); "

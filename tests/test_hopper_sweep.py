@@ -1,5 +1,9 @@
 """bench/hopper_sweep.py (issue 19's measurement) on the CPU: its shape pick and per-class summary."""
 
+import sqlite3
+
+import pytest
+
 from cudal2.problems import Problem
 from cudal2.stats import shape_class
 from bench_import import load_bench
@@ -272,3 +276,19 @@ def test_nn_family_gaps_lists_the_other_layouts_best_never_run_here():
     rows = gap.gaps(m, "nn", "nt", "h200-sm90")
     assert rows == [("small", "512x512x512:nn", a, 1.10, 0.80)]
     assert gap.gaps(m, "nn", "nt", "h200-sm90", top=2) == rows                # b ran on nn already
+
+
+def test_nn_family_gaps_names_a_missing_store_and_a_device_the_stores_lack(tmp_path):
+    gap = load_bench("nn_family_gaps")
+    with pytest.raises(SystemExit, match=r"--stores .*nope\.db: no such file"):
+        gap.main(["--stores", str(tmp_path / "nope.db"), "--out", str(tmp_path / "gaps.txt")])
+    con = sqlite3.connect(tmp_path / "a.db")
+    con.execute("create table measurements (spec text, problem text, device text, status text, "
+                "time_us real, best_cublas_us real)")
+    con.execute("insert into measurements values ('backend=cuda family=wgmma bm=64', '64x64x64:nt', "
+                "'h200-sm90', 'ok', 8.0, 9.0)")
+    con.commit()
+    con.close()
+    with pytest.raises(SystemExit, match="no ok wgmma measurement of --device h100-sm90"):
+        gap.main(["--stores", str(tmp_path / "a.db"), "--device", "h100-sm90", "--out", str(tmp_path / "gaps.txt")])
+    assert not (tmp_path / "gaps.txt").exists()
