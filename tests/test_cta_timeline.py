@@ -280,10 +280,10 @@ def test_the_probe_stage_names_what_exists(stage, at_least):
         assert "h100_small_$lay" in probe
         assert all((ROOT / "bench" / f"h100_small_{lay}.txt").is_file() for lay in ("nn", "nt"))
     else:
-        import re       # the stage's case label: "    next)" or, with arguments, "    next|next:*)"
+        # the stage's case label: "    next)" or, with arguments, "    next|next:*)"
         at = re.search(rf"^    {stage}[|)]", text, re.M).start()
         probe = text[at:text.index(";;", at)]
-    # a quoted list assigned to a variable (next's ntests="...") counts word by word
+    # a quoted list assigned to a variable (VAR="a b") counts word by word
     words = [w.rpartition("=")[2] for w in shlex.split(probe.replace("\\\n", " "), comments=True)
              for w in w.split()]
     # a stage word such as graph:bench/graph_small_nt.txt:nt:300 names its shapes file second
