@@ -5,7 +5,7 @@
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
-# profile19[:SECONDS] next[:SECONDS].
+# profile19[:SECONDS] raster[:SECONDS] next[:SECONDS].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -248,6 +248,16 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       IFS=: read -r _ pfile psecs <<<"$stage"
       timeout $((${psecs:-300} + 60)) python3 bench/hopper_sweep.py --out "$OUT" --pairs "$pfile" --n-cands 0 \
         --time-limit "${psecs:-300}" --tag "pairs_$(basename "$pfile" .txt)" 2>&1 | tail -12 ;;
+    raster|raster:*)
+      # raster[:SECONDS] (default 150): issue 19's tile orders (group_m > 0 groups tile rows walked
+      # down M, < 0 tile columns walked along N; 2026-12-07). The wave model's 3 best specs of 8
+      # grid nt shapes of large and mid (where group_m spread most in the H200 stores: best / worst
+      # 1.024 / 1.016 median, p90 1.41 / 1.29) again at each order, timed beside their group-8
+      # parents and the baselines (the JSON's group_pairs: each order over its parent).
+      secs=150; [ "$stage" != raster ] && secs=${stage#raster:}
+      timeout $((secs + 90)) python3 bench/hopper_sweep.py --out "$OUT" --layouts nt --tag raster \
+        --classes large,mid --per-class 8 --n-cands 3 --groups -1,-4,-8,-16,1,4,16 \
+        --time-limit "$secs" 2>&1 | tail -14 ;;
     profile19|profile19:*)
       # profile19[:SECONDS] (default 170): issue 19's Nsight Compute profiles, ours against cuBLASLt's
       # autotuned kernel at the issue's three shapes (nt), with the specs both cards file or search

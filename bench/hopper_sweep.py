@@ -11,7 +11,7 @@ per-class summary, keyed by card and commit, with the command line:
 
   python3 bench/hopper_sweep.py --out $OUT [--classes shortK,starved,mid,large] [--layouts nn,nt]
       [--per-class 16] [--shapes MxNxK,...] [--n-cands 8] [--extra "spec;spec"] [--time-limit 400]
-      [--fit-compare] [--bks 32,128] [--pairs FILE --n-cands 0]
+      [--fit-compare] [--bks 32,128] [--groups -1,-8,16] [--pairs FILE --n-cands 0]
 
 --pairs times, per problem of the file, its own specs (lines 'MxNxK:layout|spec'; e.g.
 bench/nn_wgmma_gaps.txt, the nt search's best wgmma spec on nn shapes that never ran it), beside
@@ -20,6 +20,10 @@ bench/nn_wgmma_gaps.txt, the nt search's best wgmma spec on nn shapes that never
 --bks re-times the wave model's candidates with other k-tile depths (wgmma bk 32 / 128, each with
 the deepest ring that fits: from "bk32" / "bk128"); the JSON's "bk_pairs" gives, per bk, each
 variant's speed over its bk-64 parent (same tile, schedule and split) on the same shape.
+
+--groups re-times the wave model's candidates (group_m 8) at other tile orders (group_m > 0: tile
+rows grouped, walked down M; < 0: tile columns grouped, walked along N; spec.py); "group_pairs"
+gives each order's speed over its group-8 parent on the same shape.
 """
 from __future__ import annotations
 
@@ -107,12 +111,14 @@ def add_pairs(specs: dict, pairs: dict, dev) -> None:
 
 
 def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite: int = 0,
-         cost_model=None, n_cost: int = 0, fit_compare: bool = False, bks: tuple = ()) -> dict:
+         cost_model=None, n_cost: int = 0, fit_compare: bool = False, bks: tuple = (),
+         groups: tuple = ()) -> dict:
     """Per problem {spec text: where it came from}: the wave model's candidates ("wave", lite ones
     included), the first `clusters` of them again on a 2-CTA cluster ("cluster"), the learned cost
     model's best `n_cost` CUDA specs of its pool (rl/costrank.py; "cost"), then the extra specs
     valid there ("extra"), then each wave candidate at every bk of `bks` with the deepest ring that
-    fits ("bk32" / "bk128"). A spec two sources name keeps the first."""
+    fits ("bk32" / "bk128"), then each wave candidate at every tile order of `groups` ("group-8",
+    "group16", ...). A spec two sources name keeps the first."""
     import dataclasses
 
     from cudal2.spec import KernelSpec, is_valid
@@ -148,6 +154,10 @@ def plan(problems, dev, n_cands: int, extra: list[str], clusters: int = 0, lite:
                     v = lite_ring(v, p)
                 if v is not None:
                     specs.setdefault(v.text, f"bk{bk}")
+            for g in groups:
+                v = dataclasses.replace(s, group_m=g)
+                if g != s.group_m and is_valid(v, p, dev):
+                    specs.setdefault(v.text, f"group{g}")
         out[p] = specs
     return out
 
@@ -256,6 +266,24 @@ def bk_pairs(rows: list[dict]) -> dict:
             for src, v in sorted(ratios.items())}
 
 
+def group_pairs(rows: list[dict]) -> dict:
+    """Per tile order ("group-8", "group16", ...): over every shape where it and its wave-model
+    parent (the same spec at the parent's group_m) both ran, the parent's time over the variant's
+    (> 1: the order is faster), summarised as bk_pairs does."""
+    def rest(r):
+        return (r["shape"], r["layout"], " ".join(kv for kv in r["spec"].split() if not kv.startswith("group_m=")))
+    parent = {rest(r): r["us"] for r in rows if r.get("from") == "wave" and r["us"]}
+    ratios: dict = {}
+    for r in rows:
+        src = r.get("from") or ""
+        if src.startswith("group") and r["us"] and rest(r) in parent:
+            ratios.setdefault(src, []).append(parent[rest(r)] / r["us"])
+    return {src: {"pairs": len(v), "geomean": round(math.exp(sum(map(math.log, v)) / len(v)), 4),
+                  "worst": round(min(v), 4), "best": round(max(v), 4),
+                  "faster": sum(x > 1.01 for x in v), "slower": sum(x < 0.99 for x in v)}
+            for src, v in sorted(ratios.items(), key=lambda kv: int(kv[0][5:]))}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results/h200-sm90")
@@ -276,6 +304,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cost-model", default="", help="a `cudal2 train` checkpoint: also time its best --n-cost specs")
     ap.add_argument("--n-cost", type=int, default=4, help="the cost model's specs per shape (with --cost-model)")
     ap.add_argument("--bks", default="", help="comma-separated wgmma bk (32, 128): the wave candidates again at each")
+    ap.add_argument("--groups", default="", help="comma-separated group_m (e.g. -1,-8,16): the wave candidates "
+                    "again at each tile order")
     ap.add_argument("--min-ms", type=float, default=10.0, help="offline timing per function, at least")
     ap.add_argument("--time-limit", type=float, default=400.0, help="start no shape after this many seconds")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="compile processes")
@@ -311,7 +341,8 @@ def main(argv=None) -> int:
         model = CostModel.load(args.cost_model)
     specs = plan(problems, dev, args.n_cands, extra_specs(args.extra, args.extra_file), args.clusters,
                  args.lite, model, args.n_cost, args.fit_compare,
-                 tuple(int(x) for x in args.bks.split(",") if x.strip()))
+                 tuple(int(x) for x in args.bks.split(",") if x.strip()),
+                 tuple(int(x) for x in args.groups.split(",") if x.strip()))
     add_pairs(specs, pairs, dev)
     print(f"cluster CTAs resident at once (cudal2.cluster_fit), (size, CTAs): {dev.cluster_ctas}", flush=True)
     n_jobs = len({(t, p.layout) for p in problems for t in specs[p]})
@@ -343,7 +374,8 @@ def main(argv=None) -> int:
                 w.writerows(rows)
             by_source = {src: summarize(rows, src) for src in sorted({r["from"] for r in rows if r["from"]})}
             (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(rows), "by_source": by_source,
-                                                         "bk_pairs": bk_pairs(rows)}, indent=1))
+                                                         "bk_pairs": bk_pairs(rows), "group_pairs": group_pairs(rows)},
+                                                        indent=1))
     finally:
         # The compiles of shapes the time box left out: cancelled, the running ones killed, then
         # joined (shutdown(wait=False) alone left the interpreter waiting at exit on its manager
@@ -359,6 +391,9 @@ def main(argv=None) -> int:
               f"best {s['best']:.3f}x  wins {s['wins']}")
     for src, s in bk_pairs(rows).items():
         print(f"{src:6s} vs bk 64: {s['pairs']} pairs, geomean {s['geomean']:.3f}x, worst {s['worst']:.3f}x, "
+              f"best {s['best']:.3f}x, faster {s['faster']}, slower {s['slower']}")
+    for src, s in group_pairs(rows).items():
+        print(f"{src:8s} vs group 8: {s['pairs']} pairs, geomean {s['geomean']:.3f}x, worst {s['worst']:.3f}x, "
               f"best {s['best']:.3f}x, faster {s['faster']}, slower {s['slower']}")
     print(f"done in {time.monotonic() - t0:.0f} s")
     return 0

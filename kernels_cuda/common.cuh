@@ -52,14 +52,22 @@ DEVI void mma_16816(float* d, const u32* a, u32 b0, u32 b1) {
 DEVI void st_global_u32(void* p, u32 v) { asm volatile("st.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory"); }
 DEVI void st_global_u16(void* p, f16_t v) { asm volatile("st.global.b16 [%0], %1;" :: "l"(p), "h"(v) : "memory"); }
 
-// Tile order: GROUP_M consecutive tile rows are walked column by column so the B tiles they share
-// stay in L2 (the Triton-tutorial grouping).
-DEVI void group_tile(int pid, int tiles_m, int tiles_n, int group_m, int& tm, int& tn) {
-    int per_group = group_m * tiles_n;
+// Tile order, grouped so that the tiles in flight share operands in L2 (the Triton-tutorial
+// grouping). group > 0: `group` consecutive tile rows are walked column by column (the B tiles they
+// share stay in L2); 1 is the raster along N (row-major), group >= the tile rows the raster along M.
+// group < 0: the transpose, -group tile columns walked row by row (the A tiles stay in L2). GROUP_M
+// is a macro, so the branch folds away.
+DEVI void group_rows(int pid, int rows, int cols, int group, int& r_out, int& c_out) {
+    int per_group = group * cols;
     int g = pid / per_group;
-    int first_m = g * group_m;
-    int gsize = min(tiles_m - first_m, group_m);
+    int first = g * group;
+    int gsize = min(rows - first, group);
     int r = pid % per_group;
-    tm = first_m + r % gsize;
-    tn = r / gsize;
+    r_out = first + r % gsize;
+    c_out = r / gsize;
+}
+
+DEVI void group_tile(int pid, int tiles_m, int tiles_n, int group_m, int& tm, int& tn) {
+    if (group_m > 0) group_rows(pid, tiles_m, tiles_n, group_m, tm, tn);
+    else group_rows(pid, tiles_n, tiles_m, -group_m, tn, tm);
 }

@@ -57,10 +57,13 @@ def features(problem: Problem, spec: KernelSpec, sms: int = DEFAULT_SMS) -> list
     ring_kb = (bm + bn) * bk * 2 * spec.stages / 1024
     # The wave model of cudal2.tiles, per MAC of the problem (its units are FMAs of one SM).
     model = estimate(problem, bm, bn, split, sms) / (M * N * K / sms)
+    # log2 |group_m|: the trained models' feature vector has one slot for the group size, so the
+    # direction (g < 0 groups tile columns, added 2026-12-07) is not a feature: a model ranks both
+    # directions of a group alike and the measurement tells them apart.
     return [
         l2(M), l2(N), l2(K), float(problem.layout == "nt"), l2(2.0 * M * N * K), l2(min(M, N)),
         *(float(spec.family == f) for f in FAMILY_NAMES),
-        l2(bm), l2(bn), l2(bk), l2(spec.warps), float(spec.stages), l2(spec.group_m), l2(split),
+        l2(bm), l2(bn), l2(bk), l2(spec.warps), float(spec.stages), l2(abs(spec.group_m)), l2(split),
         float(spec.subtile == 2), *(float(spec.warp_spec == w) for w in (0, 1, 2)), float(spec.cluster == 2),
         l2(ctas), l2(waves), ctas / (waves * sms), l2(tm * bm * tn * bn / (M * N)), l2(kiter),
         l2(bm * bn / (bm + bn)), l2(ring_kb), l2(bm * bn / (spec.warps * 32)), l2(model),

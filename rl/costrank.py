@@ -22,7 +22,8 @@ import hashlib
 import random
 
 from cudal2.problems import Problem
-from cudal2.spec import CHOICES, FAMILIES, PINNED, POW2_BN_FAMILIES, WARPS, WGMMA_TILE, KernelSpec, is_valid
+from cudal2.spec import (CHOICES, COLUMN_GROUP_FAMILIES, FAMILIES, PINNED, POW2_BN_FAMILIES, WARPS, WGMMA_TILE,
+                          KernelSpec, is_valid)
 
 from .costmodel import CostModel, pick
 
@@ -32,7 +33,8 @@ N_RANDOM = 512
 @functools.lru_cache(maxsize=None)
 def _options(family: str) -> tuple[tuple[str, tuple], ...]:
     """(field, the values a draw picks from) for every field but backend and family, in CHOICES
-    order: uniform over the family's own values (pinned, its warps, wgmma's tile, power-of-two bn)."""
+    order: uniform over the family's own values (pinned, its warps, wgmma's tile, power-of-two bn,
+    tile columns grouped along N only where the template renders it)."""
     out = []
     for f in CHOICES:
         if f in ("backend", "family"):
@@ -46,6 +48,8 @@ def _options(family: str) -> tuple[tuple[str, tuple], ...]:
             opts = WGMMA_TILE[f]
         elif f == "bn" and family in POW2_BN_FAMILIES:
             opts = tuple(b for b in opts if not b & (b - 1))
+        elif f == "group_m" and family not in COLUMN_GROUP_FAMILIES:
+            opts = tuple(g for g in opts if g > 0)
         out.append((f, opts))
     return tuple(out)
 

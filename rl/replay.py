@@ -5,7 +5,8 @@
 
   nearest measured spec of the SAME backend and family on the SAME problem and device, by
   distance = sum over the integer knobs of |log2 a - log2 b| (bm, bn, bk, warps, stages, group_m,
-  split_k, subtile, cluster: a factor 2 on one knob is 1) + 1 per differing warp_spec;
+  split_k, subtile, cluster: a factor 2 on one knob is 1; group_m by its size) + 1 per differing
+  warp_spec + 1 where group_m's direction differs (tile rows against tile columns);
   ties go to the earliest stored row. The returned Measurement is the stored one (its `spec` is the
   spec that was really measured, never the one asked for), with meta["replay"] saying what was
   asked and how far it was. No measured spec of that backend+family: None (excluded: the search
@@ -29,8 +30,8 @@ LOG2_FIELDS = ("bm", "bn", "bk", "warps", "stages", "group_m", "split_k", "subti
 def spec_distance(a: KernelSpec, b: KernelSpec) -> float:
     if (a.backend, a.family) != (b.backend, b.family):
         return math.inf
-    d = sum(abs(math.log2(getattr(a, f)) - math.log2(getattr(b, f))) for f in LOG2_FIELDS)
-    return d + (a.warp_spec != b.warp_spec)
+    d = sum(abs(math.log2(abs(getattr(a, f))) - math.log2(abs(getattr(b, f)))) for f in LOG2_FIELDS)
+    return d + (a.warp_spec != b.warp_spec) + ((a.group_m < 0) != (b.group_m < 0))
 
 
 class ReplayEvaluator:

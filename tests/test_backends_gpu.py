@@ -52,6 +52,12 @@ CASES = [
     ("cuda", "wgmma", "bm=64 bn=64 warps=8 stages=12 split_k=3"),
     ("cuda", "wgmma", "bm=64 bn=64 warps=4 stages=2 warp_spec=0 split_k=6"),
     ("cuda", "mma", "bm=64 bn=64 bk=32 warps=4 stages=4 split_k=3"),
+    # tile columns grouped along N (group_m < 0): the edge shapes leave partial column groups
+    # (3000 / 128 = 23.4 tile columns in groups of 4 or 8), each schedule, a cluster, mma.
+    ("cuda", "wgmma", "bm=128 bn=128 warps=12 stages=5 group_m=-4"),
+    ("cuda", "wgmma", "bm=128 bn=64 warps=12 stages=8 warp_spec=2 split_k=2 cluster=2 group_m=-8"),
+    ("cuda", "wgmma", "bm=64 bn=64 warps=4 stages=3 warp_spec=0 group_m=-1"),
+    ("cuda", "mma", "bm=64 bn=64 bk=32 warps=4 stages=4 group_m=-4"),
     ("triton", "tiled", None),
     ("triton", "tiled", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2"),
     ("triton", "tiled", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=3"),

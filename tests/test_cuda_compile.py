@@ -75,6 +75,13 @@ SPECS = [
     ("family=wgmma bm=64 bn=48 warps=4 stages=8 warp_spec=0 split_k=12", "nt"),
     ("family=wgmma bm=128 bn=64 warps=8 stages=6 warp_spec=0 split_k=3", "nn"),
     ("family=wgmma bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=3", "nt"),
+    # tile columns grouped along N (group_m < 0; -1: column-major) in each schedule, with a cluster
+    # sharing A, and in mma.
+    ("family=wgmma bm=128 bn=256 warps=12 stages=3 group_m=-8", "nt"),
+    ("family=wgmma bm=64 bn=128 warps=12 stages=6 warp_spec=2 group_m=-1", "nn"),
+    ("family=wgmma bm=256 bn=128 warps=12 stages=3 cluster=2 group_m=-4", "nt"),
+    ("family=wgmma bm=64 bn=64 warps=4 stages=8 warp_spec=0 split_k=2 group_m=-16", "nn"),
+    ("family=mma bm=64 bn=64 bk=32 warps=4 stages=4 group_m=-4", "nn"),
     # bk 32 (one 64-byte swizzle atom per k-tile: a deeper ring in the same smem) and bk 128 (two
     # 128-byte atoms: half the barrier round trips per k) over each schedule and load path: TMA
     # multicast of A and of B, nn's B boxes bk rows tall, the cluster split-K through a bk-32 ring.

@@ -108,6 +108,39 @@ def test_bks_adds_each_wave_candidate_at_other_k_tiles_and_pairs_them():
     assert pairs["bk128"]["geomean"] == 0.8 and pairs["bk128"]["slower"] == 1
 
 
+def test_groups_add_each_wave_candidate_at_other_tile_orders_and_pair_them():
+    """--groups -1,-8,16: every wave candidate again at each tile order valid for it (the CUDA
+    families take columns grouped along N), and group_pairs divides the wave parent's time by the
+    variant's on the same shape only, ordered by group."""
+    import dataclasses
+
+    from cudal2.device import DeviceInfo
+    from cudal2.spec import KernelSpec
+    from cudal2.tiles import candidates
+    dev = dataclasses.replace(DeviceInfo.target("sm_90a"), sm_count=132)
+    p = Problem(4096, 4096, 4096, "nt")
+    got = hs.plan([p], dev, 3, [], groups=(-1, -8, 8, 16))[p]
+    wave = candidates(p, dev, 3)
+    for s in wave:
+        assert s.group_m == 8
+        for g in (-1, -8, 16):
+            assert got[dataclasses.replace(s, group_m=g).text] == f"group{g}"
+    assert "group8" not in got.values()           # the parent's own order is not a variant
+    assert len(got) == 4 * len(wave)
+
+    base = "backend=cuda family=wgmma bm=128 bn=256 bk=64 warps=12 stages=3 group_m={} split_k=1 subtile=1 warp_spec=1 cluster=1"
+    rows = [{"shape": "a", "layout": "nt", "spec": base.format(8), "us": 10.0, "from": "wave"},
+            {"shape": "a", "layout": "nt", "spec": base.format(-8), "us": 8.0, "from": "group-8"},
+            {"shape": "a", "layout": "nt", "spec": base.format(16), "us": 12.5, "from": "group16"},
+            {"shape": "a", "layout": "nn", "spec": base.format(-8), "us": 1.0, "from": "group-8"},   # no parent
+            {"shape": "c", "layout": "nt", "spec": base.format(8), "us": 5.0, "from": "wave"},
+            {"shape": "c", "layout": "nt", "spec": base.format(-8), "us": None, "from": "group-8"}]  # failed
+    pairs = hs.group_pairs(rows)
+    assert list(pairs) == ["group-8", "group16"]
+    assert pairs["group-8"] == {"pairs": 1, "geomean": 1.25, "worst": 1.25, "best": 1.25, "faster": 1, "slower": 0}
+    assert pairs["group16"]["geomean"] == 0.8 and pairs["group16"]["slower"] == 1
+
+
 def test_refuses_a_torch_only_bar_unless_asked(monkeypatch, capsys, tmp_path):
     """When the cuBLAS baselines cannot be built (nvmath-python missing, or a wheel that does not
     import: 2026-12-04), the sweep stops with the one-line refusal instead of measuring against

@@ -47,6 +47,11 @@ def test_parse_errors_name_the_field(text, field):
     ("family=tiled split_k=16 bk=64", Problem(256, 256, 256), "split_k", "K-tiles"),
     ("family=tiled subtile=2", Problem(256, 256, 256), "subtile", "does not use subtile"),
     ("family=mma bm=16 bn=16 warps=8", Problem(256, 256, 256), "warps", "does not split"),
+    # tile columns grouped along N: a CUDA template order (common.cuh); the Triton kernels group rows
+    ("family=tiled group_m=-8", Problem(256, 256, 256), "group_m", "CUDA template order"),
+    ("family=persistent group_m=-1", Problem(256, 256, 256), "group_m", "groups tile rows"),
+    ("family=stream bm=64 bn=16 warps=4 stages=4 group_m=-1", Problem(16, 4096, 4096, "nt"), "group_m",
+     "does not use group_m"),
 ])
 def test_validation_messages(text, problem, field, needle):
     s = KernelSpec.parse(text)
@@ -54,6 +59,20 @@ def test_validation_messages(text, problem, field, needle):
         validate(s, problem, H)
     assert e.value.field == field, violations(s, problem, H)
     assert needle in str(e.value)
+
+
+def test_group_m_takes_both_directions_in_the_cuda_families_only():
+    p = Problem(1000, 3000, 1024)
+    s = KernelSpec.parse("family=wgmma bm=128 bn=128 warps=12 stages=5 group_m=-8")
+    assert s.group_m == -8 and KernelSpec.parse(s.text) == s and "group_m=-8" in s.tokens()
+    assert is_valid(s, p, H)
+    assert is_valid(KernelSpec.parse("family=mma bm=64 bn=64 bk=32 warps=4 stages=4 group_m=-1"), p, H)
+    # The mask offers the column orders exactly where the template renders them.
+    head = ("backend", "family", "bm", "bn", "bk", "warps", "stages")
+    wg = dict(zip(head, ("cuda", "wgmma", 128, 128, 64, 12, 5)))
+    tl = dict(zip(head, ("triton", "tiled", 128, 128, 64, 8, 3)))
+    assert set(valid_values(wg, "group_m", p, H)) == set(CHOICES["group_m"])
+    assert set(valid_values(tl, "group_m", p, H)) == {g for g in CHOICES["group_m"] if g > 0}
 
 
 def test_smem_rule_uses_device_limit():

@@ -9,6 +9,10 @@ Canonical text: every field as `key=value`, space separated, in FIELDS order, e.
   backend=triton family=tiled bm=128 bn=128 bk=64 warps=8 stages=4 group_m=8 split_k=1 subtile=1 warp_spec=0 cluster=1
 Each `key=value` is one policy token.
 
+group_m orders the tiles (grouped so the tiles in flight share operands in L2): g > 0 walks groups of
+g tile rows column by column (1 = row-major, the raster along N); g < 0 (the CUDA families mma and
+wgmma) walks groups of -g tile columns row by row (-1 = column-major, the raster along M).
+
 family=wgmma (CUDA, sm_90a; kernels_cuda/wgmma.cu): bm 64/128/256 over the consumer warpgroups, bn
 any multiple of 16 (nn: B's N-major tile in TMA boxes of 64/32/16 columns, `nn_b_cols`), bk 32/64/128,
 warps 8 (one consumer warpgroup) or 12 (two) beside the producer warpgroup (lite: 4 or 8, no
@@ -53,7 +57,10 @@ CHOICES: dict[str, tuple] = {
     # Up to what shared memory holds (the _smem rule reads the device's limit); 64x64 TMA tiles
     # fit 13 stages in 227 KB, thin ones more.
     "stages": tuple(range(2, 21)),
-    "group_m": (1, 4, 8, 16),
+    # Tile order: g > 0 groups g tile rows walked down M (1: row-major, the raster along N); g < 0
+    # groups -g tile columns walked along N (-1: column-major, the raster along M, whatever the tile
+    # rows). Negative orders are rendered by the CUDA families (common.cuh group_tile) only.
+    "group_m": (1, 4, 8, 16, -1, -4, -8, -16),
     # Non-powers of two too: clusters of 3 / 6 / 12 K slices give other CTA counts than 2 / 4 / 8 / 16
     # (a cluster cannot span GPCs). The H200 holds 117 / 102 / 84 CTAs in clusters of 3 / 6 / 12
     # against 120 in clusters of 4 or 8 (run 61), and split 3 / 6 won none of run 61's skinny cases:
@@ -485,6 +492,18 @@ def _tma_align(s, p, d):
                 f"K % 8 == 0, got N={p.N} K={p.K}")
 
 
+# Families whose templates take a negative group_m (the order grouped along N): common.cuh's group_tile.
+COLUMN_GROUP_FAMILIES = ("mma", "wgmma")
+
+
+def _group_order(s, p, d):
+    if "group_m" in PINNED.get(s["family"], {}):
+        return None                    # the pin's own rule names the one value
+    if s["group_m"] < 0 and s["family"] not in COLUMN_GROUP_FAMILIES:
+        return (f"group_m={s['group_m']} (tile columns grouped along N) is a CUDA template order "
+                f"({', '.join(COLUMN_GROUP_FAMILIES)}); family={s['family']} groups tile rows: 1, 4, 8 or 16")
+
+
 def _cluster(s, p, d):
     if s["cluster"] > 1 and s["family"] != "wgmma":
         return f"cluster={s['cluster']} is only supported by the wgmma family"
@@ -503,6 +522,7 @@ RULES: list[Rule] = [
     ("warps", ("family", "bm", "bn", "warps"), _any_schedule(_tile_warps)),
     ("warps", ("family", "bm", "bn", "warps"), _any_schedule(_acc_regs)),
     ("stages", ("family", "bm", "bn", "bk", "warps", "stages", "subtile"), _any_schedule(_smem)),
+    ("group_m", ("family", "group_m"), _group_order),
     ("split_k", ("family", "split_k"), _pinned("split_k")),
     ("split_k", ("bk", "split_k"), _split_k),
     ("split_k", ("family", "bm", "bn", "bk", "stages", "split_k", "warp_spec", "subtile", "cluster"), _split_ring),
