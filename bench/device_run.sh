@@ -256,7 +256,7 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # parents and the baselines (the JSON's group_pairs: each order over its parent).
       secs=150; [ "$stage" != raster ] && secs=${stage#raster:}
       timeout $((secs + 90)) python3 bench/hopper_sweep.py --out "$OUT" --layouts nt --tag raster \
-        --classes large,mid --per-class 8 --n-cands 3 --groups -1,-4,-8,-16,1,4,16 \
+        --classes large,mid --per-class 8 --n-cands 3 --groups=-1,-4,-8,-16,1,4,16 \
         --time-limit "$secs" 2>&1 | tail -14 ;;
     profile19|profile19:*)
       # profile19[:SECONDS] (default 170): issue 19's Nsight Compute profiles, ours against cuBLASLt's
@@ -296,14 +296,13 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
           tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
         fi
       else
-        # On an H100 (nothing pending; runs 154-156 checked the last graph-rule entry): the six
-        # shapes runs 154-156's add-timings moved (bench/guard_moved_h100_{nt,nn}.txt), as
-        # dispatched, twice; then small nn a third time (bench/graph_small_nt.txt's 152 shapes,
-        # resumable: the same stage again goes on).
-        bash "$0" graph:bench/guard_moved_h100_nt.txt:nt:30:g1 graph:bench/guard_moved_h100_nn.txt:nn:30:g1 \
-          graph:bench/guard_moved_h100_nt.txt:nt:30:g2 graph:bench/guard_moved_h100_nn.txt:nn:30:g2
-        gsecs=$((nsecs - SECONDS - 30))
-        [ $gsecs -gt 40 ] && bash "$0" graph:bench/graph_small_nt.txt:nn:$gsecs:3
+        # On an H100 (nothing pending; runs 157-161 timed the moved shapes twice and small nn a third
+        # time): the subtile-2 ring rule (tiles.SUBTILE_RING_MAX, measured on shortK in runs 158 / 160)
+        # beyond shortK: the wave candidates (the rule on) beside bench/shortk_ring_specs.txt (the
+        # subtile-1 parents and their deeper rings) over starved, mid and large nt.
+        timeout $((nsecs - SECONDS)) python3 bench/hopper_sweep.py --out "$OUT" --layouts nt --tag ring_classes \
+          --classes mid,large,starved --per-class 0 --n-cands 4 --extra-file bench/shortk_ring_specs.txt \
+          --time-limit $((nsecs - SECONDS - 60)) 2>&1 | tail -12
       fi ;;
     *)
       echo "unknown stage $stage" ;;

@@ -11,7 +11,7 @@ per-class summary, keyed by card and commit, with the command line:
 
   python3 bench/hopper_sweep.py --out $OUT [--classes shortK,starved,mid,large] [--layouts nn,nt]
       [--per-class 16] [--shapes MxNxK,...] [--n-cands 8] [--extra "spec;spec"] [--time-limit 400]
-      [--fit-compare] [--bks 32,128] [--groups -1,-8,16] [--pairs FILE --n-cands 0]
+      [--fit-compare] [--bks 32,128] [--groups=-1,-8,16] [--pairs FILE --n-cands 0]
 
 --pairs times, per problem of the file, its own specs (lines 'MxNxK:layout|spec'; e.g.
 bench/nn_wgmma_gaps.txt, the nt search's best wgmma spec on nn shapes that never ran it), beside
@@ -304,8 +304,10 @@ def main(argv=None) -> int:
     ap.add_argument("--cost-model", default="", help="a `cudal2 train` checkpoint: also time its best --n-cost specs")
     ap.add_argument("--n-cost", type=int, default=4, help="the cost model's specs per shape (with --cost-model)")
     ap.add_argument("--bks", default="", help="comma-separated wgmma bk (32, 128): the wave candidates again at each")
-    ap.add_argument("--groups", default="", help="comma-separated group_m (e.g. -1,-8,16): the wave candidates "
-                    "again at each tile order")
+    # A value that starts with '-' must follow '=' (--groups=-1,-8): argparse reads "--groups -1,-8" as
+    # an option missing its argument (run 157, H100, 2026-12-07: the raster stage stopped there).
+    ap.add_argument("--groups", default="", help="comma-separated group_m (e.g. --groups=-1,-8,16): the wave "
+                    "candidates again at each tile order")
     ap.add_argument("--min-ms", type=float, default=10.0, help="offline timing per function, at least")
     ap.add_argument("--time-limit", type=float, default=400.0, help="start no shape after this many seconds")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="compile processes")

@@ -60,3 +60,31 @@ def test_lite_candidates_hold_a_units_k_at_once(shape, layout):
         # (tiles.max_stages stops at 16: a 64x32 nn tile's ring of 12 KB stages would fit 18)
         assert s.stages == max(2, min(ktiles, 16)) or not is_valid(deeper, p, H200)
     assert candidates(p, H200, 4) == [s for s in got if s.warp_spec != 0]    # lite=0: unchanged list
+
+
+def test_a_shallow_ring_is_deepened_by_the_half_width_epilogue():
+    """256x128 holds 3 stages beside a whole-tile staging and 4 beside half of it: the candidate is
+    the 4-stage subtile-2 spec (runs 53, 158, 160). A ring already 5 deep, a split-K spec and a lite
+    one keep subtile 1; every candidate is still the deepest ring its own subtile allows."""
+    from cudal2.spec import KernelSpec
+    from cudal2.tiles import SUBTILE_RING_MAX, max_stages
+    p = Problem(4096, 4096, 512, "nt")
+    got = candidates(p, H200, 8, lite=2)
+    tiles = {(s.bm, s.bn, s.warp_spec, s.split_k): s for s in got}
+    big = tiles[(256, 128, 1, 1)]
+    assert (big.subtile, big.stages) == (2, 4)
+    assert max_stages(dataclasses.replace(big, subtile=1), p, H200).stages == 3
+    for s in got:
+        assert max_stages(s, p, H200) == s
+        if s.subtile == 2:
+            assert s.split_k == 1 and s.warp_spec in (1, 2)
+            assert max_stages(dataclasses.replace(s, subtile=1), p, H200).stages <= SUBTILE_RING_MAX
+        elif s.warp_spec and s.split_k == 1 and s.bn % 32 == 0:
+            # not deepened: the ring was deep already or half the staging buys no stage
+            shallow = max_stages(dataclasses.replace(s, subtile=2), p, H200)
+            assert s.stages > SUBTILE_RING_MAX or shallow is None or shallow.stages <= s.stages
+    assert all(s.subtile == 1 for s in got if s.warp_spec == 0 or s.split_k > 1)
+    starved = candidates(Problem(1024, 1024, 8192, "nt"), H200, 8)
+    assert all(s.subtile == 1 for s in starved if s.split_k > 1)
+    coop = KernelSpec.parse("family=wgmma bm=128 bn=128 warps=12 stages=5")
+    assert max_stages(coop, p, H200).stages >= 5 > SUBTILE_RING_MAX

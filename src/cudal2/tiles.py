@@ -96,6 +96,26 @@ def _seedable(spec: KernelSpec) -> bool:
     return spec.split_k == 1 or spec.acc_regs_per_thread() <= MAX_ACC_REGS_SPLITK
 
 
+# A cooperative or ping-pong ring of at most this many stages at subtile 1 is replaced by its
+# subtile-2 form (the epilogue stages half the columns at a time, freeing staging for the ring)
+# where that holds a deeper ring. Measured on an H100 (runs 158 / 160, 2026-12-07, all 148 shortK
+# grid shapes, nt / nn, one offline run each, same-spec pairs): 256x128 4 stages over 3: 1.024 /
+# 1.033 geomean (faster on 87 / 98 shapes, slower on 20 / 18); 128x256 4 over 3: 1.013 / 1.016;
+# ping-pong 128x128 6 over 4: 1.040 / 1.040 (the shape's best spec on 50 / 50 of 148). Past 4:
+# cooperative 128x128 6 over 5 ran 0.943 / 0.949 (slower on 143 / 136): five stages already hide
+# the loads, and the half-width epilogue costs more than the sixth stage buys. On the H200 (run 53,
+# 2026-12-04, 7 large / mid shapes x nn, nt): 256x128 4 over 3 1.032, 128x256 4 over 3 0.993,
+# 128x192 5 over 4 1.007. Split-K specs were not measured this way and keep subtile 1.
+SUBTILE_RING_MAX = 4
+
+
+def _deeper_ring(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec:
+    if spec.split_k > 1 or spec.subtile != 1 or spec.stages > SUBTILE_RING_MAX:
+        return spec
+    v = max_stages(replace(spec, subtile=2), problem, device)
+    return v if v is not None and v.stages > spec.stages else spec
+
+
 def lite_ring(spec: KernelSpec, problem: Problem) -> KernelSpec:
     """A lite spec's ring no deeper than its work unit's k-tiles (all of K in flight at once; a
     deeper ring only holds shared memory), and at least 2."""
@@ -111,7 +131,7 @@ def _lite(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec 
     while split >= 1:       # lite reduces K slices in a cluster: fewer slices where it cannot take these
         for warps in (4, 8):
             base = KernelSpec(**{**spec.to_dict(), "warps": warps, "warp_spec": 0, "cluster": 1, "stages": 2,
-                                 "split_k": split})
+                                 "split_k": split, "subtile": 1})
             if not _seedable(base):
                 continue       # two warpgroups then
             deepest = max_stages(base, problem, device)
@@ -123,7 +143,8 @@ def _lite(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec 
 
 def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) -> list[KernelSpec]:
     """n valid cooperative wgmma specs, best modelled first (distinct tile and split, each with the
-    deepest ring that fits, at most two per tile), then ping-pong versions of the two best tiles
+    deepest ring that fits, at most two per tile; a shallow ring deepened by subtile 2 where that
+    fits more, `_deeper_ring`), then ping-pong versions of the two best tiles
     that allow one, then lite versions (warp_spec 0) of the `lite` best tiles (n + 2 + lite at
     most). No 2-CTA clusters: on the H200 (2026-12-03, run 30) a cluster=2 spec ran at 0.93x of the
     same spec without one (median of 208 pairs, 0.49-1.21x) and was the best of its shape on 1 of
@@ -156,13 +177,17 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
             if not _seedable(base):
                 continue
             s = max_stages(base, problem, device)
+            if s is not None:
+                s = _deeper_ring(s, problem, device)
             if s is not None and s not in out:
                 out.append(s)
                 per_tile[(bm, bn)] = per_tile.get((bm, bn), 0) + 1
                 break
     added = 0
     for s in list(out):               # ping-pong for the two best tiles a warpgroup can hold whole
-        pp = max_stages(KernelSpec(**{**s.to_dict(), "warps": 12, "warp_spec": 2}), problem, device)
+        pp = max_stages(KernelSpec(**{**s.to_dict(), "warps": 12, "warp_spec": 2, "subtile": 1}), problem, device)
+        if pp is not None:
+            pp = _deeper_ring(pp, problem, device)
         if pp is not None and pp not in out and added < 2:
             out.append(pp)
             added += 1
