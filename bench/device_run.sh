@@ -297,11 +297,12 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         fi
       else
         # On an H100 (nothing pending; runs 157-161 timed the moved shapes twice and small nn a third
-        # time): the subtile-2 ring rule (tiles.SUBTILE_RING_MAX, measured on shortK in runs 158 / 160)
-        # beyond shortK: the wave candidates (the rule on) beside bench/shortk_ring_specs.txt (the
-        # subtile-1 parents and their deeper rings) over starved, mid and large nt.
+        # time): the subtile-2 ring rule (tiles.SUBTILE_RING_MAX; runs 158 / 160 on shortK, 163 on mid
+        # and 147 large) and the wave lists' ping-pong fallback: the wave candidates beside
+        # bench/shortk_ring_specs.txt (the subtile-1 parents and their deeper rings), starved first
+        # (run 163 did not reach it), then large and mid nt.
         timeout $((nsecs - SECONDS)) python3 bench/hopper_sweep.py --out "$OUT" --layouts nt --tag ring_classes \
-          --classes mid,large,starved --per-class 0 --n-cands 4 --extra-file bench/shortk_ring_specs.txt \
+          --classes starved,large,mid --per-class 0 --n-cands 4 --extra-file bench/shortk_ring_specs.txt \
           --time-limit $((nsecs - SECONDS - 60)) 2>&1 | tail -12
       fi ;;
     *)

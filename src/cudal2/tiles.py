@@ -96,21 +96,26 @@ def _seedable(spec: KernelSpec) -> bool:
     return spec.split_k == 1 or spec.acc_regs_per_thread() <= MAX_ACC_REGS_SPLITK
 
 
-# A cooperative or ping-pong ring of at most this many stages at subtile 1 is replaced by its
+# A ring of at most this many stages at subtile 1 (cooperative, ping-pong) is replaced by its
 # subtile-2 form (the epilogue stages half the columns at a time, freeing staging for the ring)
-# where that holds a deeper ring. Measured on an H100 (runs 158 / 160, 2026-12-07, all 148 shortK
-# grid shapes, nt / nn, one offline run each, same-spec pairs): 256x128 4 stages over 3: 1.024 /
-# 1.033 geomean (faster on 87 / 98 shapes, slower on 20 / 18); 128x256 4 over 3: 1.013 / 1.016;
-# ping-pong 128x128 6 over 4: 1.040 / 1.040 (the shape's best spec on 50 / 50 of 148). Past 4:
-# cooperative 128x128 6 over 5 ran 0.943 / 0.949 (slower on 143 / 136): five stages already hide
-# the loads, and the half-width epilogue costs more than the sixth stage buys. On the H200 (run 53,
-# 2026-12-04, 7 large / mid shapes x nn, nt): 256x128 4 over 3 1.032, 128x256 4 over 3 0.993,
-# 128x192 5 over 4 1.007. Split-K specs were not measured this way and keep subtile 1.
-SUBTILE_RING_MAX = 4
+# where that holds a deeper ring. Measured on an H100 (2026-12-07, one offline run each, same-spec
+# pairs deeper / parent, geomean): all 148 shortK grid shapes nt / nn (runs 158 / 160), and all 82
+# mid and 147 of 187 large nt (run 163):
+#   256x128 4 stages over 3               shortK 1.024 / 1.033, mid 1.056, large 1.038
+#   128x256 4 over 3                      shortK 1.013 / 1.016, mid 1.049, large 1.017
+#   ping-pong 128x128 6 over 4            shortK 1.040 / 1.040, mid 1.084, large 1.060
+#   ping-pong 128x128 6 over 5            shortK 1.007 / 1.019, mid+large 1.019 (61 shapes)
+#   cooperative 128x128 6 over 5          shortK 0.943 / 0.949, mid 0.989, large 0.935
+# Five cooperative stages already hide the loads, and the half-width epilogue costs more than the
+# sixth buys; a ping-pong epilogue overlaps the other warpgroup's MMAs, so there the stage still
+# pays. On the H200 (run 53, 2026-12-04, 7 large / mid shapes x nn, nt): 256x128 4 over 3 1.032,
+# 128x256 0.993, 128x192 5 over 4 1.007. Deeper rings and split-K specs were not measured this way
+# and keep subtile 1.
+SUBTILE_RING_MAX = {1: 4, 2: 5}      # by warp_spec: cooperative, ping-pong
 
 
 def _deeper_ring(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec:
-    if spec.split_k > 1 or spec.subtile != 1 or spec.stages > SUBTILE_RING_MAX:
+    if spec.split_k > 1 or spec.subtile != 1 or spec.stages > SUBTILE_RING_MAX.get(spec.warp_spec, 0):
         return spec
     v = max_stages(replace(spec, subtile=2), problem, device)
     return v if v is not None and v.stages > spec.stages else spec
@@ -144,9 +149,9 @@ def _lite(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec 
 def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) -> list[KernelSpec]:
     """n valid cooperative wgmma specs, best modelled first (distinct tile and split, each with the
     deepest ring that fits, at most two per tile; a shallow ring deepened by subtile 2 where that
-    fits more, `_deeper_ring`), then ping-pong versions of the two best tiles
-    that allow one, then lite versions (warp_spec 0) of the `lite` best tiles (n + 2 + lite at
-    most). No 2-CTA clusters: on the H200 (2026-12-03, run 30) a cluster=2 spec ran at 0.93x of the
+    fits more, `_deeper_ring`), then ping-pong versions of the two best tiles that allow one (else
+    of the best-modelled tiles one warpgroup holds whole), then lite versions (warp_spec 0) of the
+    `lite` best tiles (n + 2 + lite at most). No 2-CTA clusters: on the H200 (2026-12-03, run 30) a cluster=2 spec ran at 0.93x of the
     same spec without one (median of 208 pairs, 0.49-1.21x) and was the best of its shape on 1 of
     104 (bench/hopper_sweep.py --clusters N tries them)."""
     sms = device.sm_count or 132
@@ -189,6 +194,23 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
         if pp is not None:
             pp = _deeper_ring(pp, problem, device)
         if pp is not None and pp not in out and added < 2:
+            out.append(pp)
+            added += 1
+    # Where the list's tiles are too large for one warpgroup (128x256 at 256 accumulators a thread),
+    # the best-modelled tiles that one holds whole instead (128x128 first on large shapes). On an
+    # H100 (runs 158, 163; 2026-12-07, nt, same run) ping-pong 128x128 6 stages subtile 2 was the
+    # best spec of 86 of 147 large, 44 of 82 mid and 50 of 148 shortK shapes; the wave lists of 75,
+    # 30 and 43 of those held no ping-pong spec (124 of the 147 large lists held none).
+    for _, bm, bn, split in (scored if out else ()):      # n = 0: no candidates at all
+        if added >= 2:
+            break
+        if split > 1:
+            continue
+        pp = max_stages(KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=12, stages=2,
+                                   group_m=8, split_k=1, subtile=1, warp_spec=2, cluster=1), problem, device)
+        if pp is not None:
+            pp = _deeper_ring(pp, problem, device)
+        if pp is not None and pp not in out:
             out.append(pp)
             added += 1
     for s in [s for s in out if s.warp_spec == 1][:lite]:
