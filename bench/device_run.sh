@@ -5,7 +5,7 @@
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
-# profile19[:SECONDS] raster[:SECONDS] next[:SECONDS].
+# profile19[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] next[:SECONDS].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -258,6 +258,17 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       timeout $((secs + 90)) python3 bench/hopper_sweep.py --out "$OUT" --layouts nt --tag raster \
         --classes large,mid --per-class 8 --n-cands 3 --groups=-1,-4,-8,-16,1,4,16 \
         --time-limit "$secs" 2>&1 | tail -14 ;;
+    ring:*)
+      # ring:CLASSES:LAYOUT[:SECONDS] (default 200): the wave candidates (tiles.candidates: subtile 2
+      # where it deepens a shallow ring, ping-pong of the tiles one warpgroup holds) beside
+      # bench/shortk_ring_specs.txt (the subtile-1 parents and their deeper rings) over every grid
+      # shape of CLASSES (in that order; the time box cuts the rest), against the baselines. H100 runs
+      # 158 / 160 / 163 measured it over shortK, mid and large; the H200 stores ran ping-pong 128x128
+      # 6 sub2 on 7 grid shapes only (within 1% of the wgmma best on 6).
+      IFS=: read -r _ rclasses rlay rsecs <<<"$stage"; rsecs=${rsecs:-200}
+      timeout $((rsecs + 60)) python3 bench/hopper_sweep.py --out "$OUT" --layouts "$rlay" --tag "ring_$rlay" \
+        --classes "$rclasses" --per-class 0 --n-cands 4 --extra-file bench/shortk_ring_specs.txt \
+        --time-limit "$rsecs" 2>&1 | tail -12 ;;
     profile19|profile19:*)
       # profile19[:SECONDS] (default 170): issue 19's Nsight Compute profiles, ours against cuBLASLt's
       # autotuned kernel at the issue's three shapes (nt), with the specs both cards file or search
@@ -279,15 +290,18 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
     next|next:*)
       # next[:SECONDS] (default 560): the first call of the next card session, by card, time-boxed.
       # On an H200 (none since run 96; rewritten 2026-12-07, CPU): issue 19's Nsight profiles
-      # (profile19, ~170 s: the one figure that issue still lacks from this card), then the full
-      # checker over the H200's 741 entries re-rendered for PDL (556 wgmma, 81 mma / stream, 104
-      # tiled; the PDL GPU tests are not re-run, run 131 passed them on an H100 and verify runs the
-      # checker on each kernel) in what is left, recorded on an export (index_rechecked.json.gz: copy
+      # (profile19, ~150 s: the one figure that issue still lacks from this card), the ring stage
+      # over shortK, starved, mid and large nt (200 s: the H200's family figures were searched
+      # without the wave lists' ping-pong 128x128 6 sub2, the H100's best spec on a third to half
+      # of the shapes of those classes),
+      # then the full checker over the H200's 741 entries re-rendered for PDL (556 wgmma, 81 mma /
+      # stream, 104 tiled; the PDL GPU tests are not re-run, run 131 passed them on an H100 and verify
+      # runs the checker on each kernel) in what is left, recorded on an export (index_rechecked.json.gz: copy
       # it over src/cudal2/registry/index.json after checking that only check fields moved; the
       # summary line counts what is left for the next call).
       nsecs=560; [ "$stage" != next ] && nsecs=${stage#next:}
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-        bash "$0" profile19:170
+        bash "$0" profile19:150 ring:shortK,starved,mid,large:nt:200
         vsecs=$((nsecs - SECONDS - 40))
         if [ $vsecs -gt 60 ]; then
           rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
@@ -297,13 +311,8 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         fi
       else
         # On an H100 (nothing pending; runs 157-161 timed the moved shapes twice and small nn a third
-        # time): the subtile-2 ring rule (tiles.SUBTILE_RING_MAX; runs 158 / 160 on shortK, 163 on mid
-        # and 147 large) and the wave lists' ping-pong fallback: the wave candidates beside
-        # bench/shortk_ring_specs.txt (the subtile-1 parents and their deeper rings), starved first
-        # (run 163 did not reach it), then large and mid nt.
-        timeout $((nsecs - SECONDS)) python3 bench/hopper_sweep.py --out "$OUT" --layouts nt --tag ring_classes \
-          --classes starved,large,mid --per-class 0 --n-cands 4 --extra-file bench/shortk_ring_specs.txt \
-          --time-limit $((nsecs - SECONDS - 60)) 2>&1 | tail -12
+        # time): the ring stage, starved first (run 163 reached mid and 147 large, not starved).
+        bash "$0" ring:starved,large:nt:$((nsecs - SECONDS - 70))
       fi ;;
     *)
       echo "unknown stage $stage" ;;

@@ -268,11 +268,11 @@ def test_stamped_launch_reads_back_in_event_order(gpu_device, tmp_path):
         assert 500 < s["sm_mhz_median"] < 3000
 
 
-@pytest.mark.parametrize("stage,at_least", [("probe", 6), ("next", 2), ("small_sweep", 1)])
+@pytest.mark.parametrize("stage,at_least", [("probe", 6), ("next", 0), ("ring", 2), ("small_sweep", 1)])
 def test_the_probe_stage_names_what_exists(stage, at_least):
-    """bench/device_run.sh's probe and next stages (a card session's first call) and the function
-    next runs on an H100 name GPU tests, a cases file and scripts by path: a typo there costs a
-    device call."""
+    """bench/device_run.sh's probe and next stages (a card session's first call), the stages next
+    runs and a function name GPU tests, a cases file, scripts and other stages by name: a typo there
+    costs a device call."""
     import shlex
     text = (ROOT / "bench" / "device_run.sh").read_text()
     if stage == "small_sweep":          # a function: its body; the lists it names by layout
@@ -280,9 +280,16 @@ def test_the_probe_stage_names_what_exists(stage, at_least):
         assert "h100_small_$lay" in probe
         assert all((ROOT / "bench" / f"h100_small_{lay}.txt").is_file() for lay in ("nn", "nt"))
     else:
-        # the stage's case label: "    next)" or, with arguments, "    next|next:*)"
-        at = re.search(rf"^    {stage}[|)]", text, re.M).start()
+        # the stage's case label: "    next)" or, with arguments, "    next|next:*)" / "    ring:*)"
+        at = re.search(rf"^    {stage}[|):]", text, re.M).start()
         probe = text[at:text.index(";;", at)]
+    if stage == "next":                 # it runs other stages: each must have a case label
+        # stage words start lower-case: the rest of a line is arithmetic in a stage's argument
+        called = [w.split(":")[0] for line in re.findall(r'bash "\$0" ([^\n;]+)', probe) for w in line.split()
+                  if re.match(r"[a-z]", w)]
+        assert {"profile19", "ring"} <= set(called)
+        for name in called:
+            assert re.search(rf"^    {name}[|):]", text, re.M), name
     # a quoted list assigned to a variable (VAR="a b") counts word by word
     words = [w.rpartition("=")[2] for w in shlex.split(probe.replace("\\\n", " "), comments=True)
              for w in w.split()]
