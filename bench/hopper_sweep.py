@@ -246,6 +246,13 @@ def summarize(rows: list[dict], source: str | None = None) -> dict:
             for g, v in sorted(groups.items())}
 
 
+def pair_summary(v: list[float]) -> dict:
+    """Parent / variant time ratios: pairs, geomean, worst, best, faster (> 1.01) and slower (< 0.99)."""
+    return {"pairs": len(v), "geomean": round(math.exp(sum(map(math.log, v)) / len(v)), 4),
+            "worst": round(min(v), 4), "best": round(max(v), 4),
+            "faster": sum(x > 1.01 for x in v), "slower": sum(x < 0.99 for x in v)}
+
+
 def bk_pairs(rows: list[dict]) -> dict:
     """Per bk variant ("bk32", "bk128"): over every shape where it and its bk-64 parent (the same
     spec but bk and stages) both ran, the parent's time over the variant's (> 1: the variant is
@@ -260,10 +267,7 @@ def bk_pairs(rows: list[dict]) -> dict:
         parent = us.get((key(r)[0], "64"))
         if src.startswith("bk") and r["us"] and parent:
             ratios.setdefault(src, []).append(parent / r["us"])
-    return {src: {"pairs": len(v), "geomean": round(math.exp(sum(map(math.log, v)) / len(v)), 4),
-                  "worst": round(min(v), 4), "best": round(max(v), 4),
-                  "faster": sum(x > 1.01 for x in v), "slower": sum(x < 0.99 for x in v)}
-            for src, v in sorted(ratios.items())}
+    return {src: pair_summary(v) for src, v in sorted(ratios.items())}
 
 
 def group_pairs(rows: list[dict]) -> dict:
@@ -278,10 +282,7 @@ def group_pairs(rows: list[dict]) -> dict:
         src = r.get("from") or ""
         if src.startswith("group") and r["us"] and rest(r) in parent:
             ratios.setdefault(src, []).append(parent[rest(r)] / r["us"])
-    return {src: {"pairs": len(v), "geomean": round(math.exp(sum(map(math.log, v)) / len(v)), 4),
-                  "worst": round(min(v), 4), "best": round(max(v), 4),
-                  "faster": sum(x > 1.01 for x in v), "slower": sum(x < 0.99 for x in v)}
-            for src, v in sorted(ratios.items(), key=lambda kv: int(kv[0][5:]))}
+    return {src: pair_summary(v) for src, v in sorted(ratios.items(), key=lambda kv: int(kv[0][5:]))}
 
 
 def main(argv=None) -> int:

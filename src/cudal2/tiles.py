@@ -114,11 +114,14 @@ def _seedable(spec: KernelSpec) -> bool:
 SUBTILE_RING_MAX = {1: 4, 2: 5}      # by warp_spec: cooperative, ping-pong
 
 
-def _deeper_ring(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec:
-    if spec.split_k > 1 or spec.subtile != 1 or spec.stages > SUBTILE_RING_MAX.get(spec.warp_spec, 0):
-        return spec
-    v = max_stages(replace(spec, subtile=2), problem, device)
-    return v if v is not None and v.stages > spec.stages else spec
+def _deepest(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec | None:
+    """The spec with the deepest ring that fits (max_stages), a shallow one deepened by subtile 2
+    where that holds more stages (SUBTILE_RING_MAX); None where no ring fits."""
+    s = max_stages(spec, problem, device)
+    if s is None or s.split_k > 1 or s.subtile != 1 or s.stages > SUBTILE_RING_MAX.get(s.warp_spec, 0):
+        return s
+    v = max_stages(replace(s, subtile=2), problem, device)
+    return v if v is not None and v.stages > s.stages else s
 
 
 def lite_ring(spec: KernelSpec, problem: Problem) -> KernelSpec:
@@ -149,7 +152,7 @@ def _lite(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec 
 def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) -> list[KernelSpec]:
     """n valid cooperative wgmma specs, best modelled first (distinct tile and split, each with the
     deepest ring that fits, at most two per tile; a shallow ring deepened by subtile 2 where that
-    fits more, `_deeper_ring`), then ping-pong versions of the two best tiles that allow one (else
+    fits more, `_deepest`), then ping-pong versions of the two best tiles that allow one (else
     of the best-modelled tiles one warpgroup holds whole), then lite versions (warp_spec 0) of the
     `lite` best tiles (n + 2 + lite at most). No 2-CTA clusters: on the H200 (2026-12-03, run 30) a cluster=2 spec ran at 0.93x of the
     same spec without one (median of 208 pairs, 0.49-1.21x) and was the best of its shape on 1 of
@@ -181,35 +184,29 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
                               group_m=8, split_k=split, subtile=1, warp_spec=ws, cluster=1)
             if not _seedable(base):
                 continue
-            s = max_stages(base, problem, device)
-            if s is not None:
-                s = _deeper_ring(s, problem, device)
+            s = _deepest(base, problem, device)
             if s is not None and s not in out:
                 out.append(s)
                 per_tile[(bm, bn)] = per_tile.get((bm, bn), 0) + 1
                 break
+    def pingpong_bases():
+        # ping-pong for the two best tiles of the list a warpgroup can hold whole; where the list's
+        # tiles are too large for one warpgroup (128x256 at 256 accumulators a thread), the
+        # best-modelled tiles that one holds instead (128x128 first on large shapes). On an H100
+        # (runs 158, 163; 2026-12-07, nt, same run) ping-pong 128x128 6 stages subtile 2 was the
+        # best spec of 86 of 147 large, 44 of 82 mid and 50 of 148 shortK shapes; the wave lists of
+        # 75, 30 and 43 of those held no ping-pong spec (124 of the 147 large lists held none).
+        for s in list(out):
+            yield replace(s, warps=12, warp_spec=2, subtile=1)
+        for _, bm, bn, split in (scored if out else ()):      # n = 0: no candidates at all
+            if split == 1:
+                yield KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=12, stages=2,
+                                 group_m=8, split_k=1, subtile=1, warp_spec=2, cluster=1)
     added = 0
-    for s in list(out):               # ping-pong for the two best tiles a warpgroup can hold whole
-        pp = max_stages(KernelSpec(**{**s.to_dict(), "warps": 12, "warp_spec": 2, "subtile": 1}), problem, device)
-        if pp is not None:
-            pp = _deeper_ring(pp, problem, device)
-        if pp is not None and pp not in out and added < 2:
-            out.append(pp)
-            added += 1
-    # Where the list's tiles are too large for one warpgroup (128x256 at 256 accumulators a thread),
-    # the best-modelled tiles that one holds whole instead (128x128 first on large shapes). On an
-    # H100 (runs 158, 163; 2026-12-07, nt, same run) ping-pong 128x128 6 stages subtile 2 was the
-    # best spec of 86 of 147 large, 44 of 82 mid and 50 of 148 shortK shapes; the wave lists of 75,
-    # 30 and 43 of those held no ping-pong spec (124 of the 147 large lists held none).
-    for _, bm, bn, split in (scored if out else ()):      # n = 0: no candidates at all
+    for base in pingpong_bases():
         if added >= 2:
             break
-        if split > 1:
-            continue
-        pp = max_stages(KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=12, stages=2,
-                                   group_m=8, split_k=1, subtile=1, warp_spec=2, cluster=1), problem, device)
-        if pp is not None:
-            pp = _deeper_ring(pp, problem, device)
+        pp = _deepest(base, problem, device)
         if pp is not None and pp not in out:
             out.append(pp)
             added += 1
