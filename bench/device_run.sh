@@ -5,7 +5,7 @@
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
-# profile19[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] next[:SECONDS].
+# profile19[:SECONDS] profile-starved[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] next[:SECONDS].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -280,6 +280,20 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         --case "1024x1024x8192:nt|$W bm=64 bn=128 warps=8 stages=8 split_k=1 subtile=1 warp_spec=1|$W bm=128 bn=128 warps=12 stages=6 split_k=2 subtile=1 warp_spec=1|cublaslt-autotune" \
         --case "4096x4096x512:nt|$W bm=256 bn=128 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
         --case "4096x4096x4096:nt|$W bm=128 bn=256 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
+        2>&1 | grep -v "^  " | tail -12 ;;
+    profile-starved|profile-starved:*)
+      # profile-starved[:SECONDS] (default 200): where the starved class's worst shapes lose (runs
+      # 164-165: small outputs, K 16384): the cluster split-K that ran 2-3x over its k-tiles' time
+      # (1024x512x16384 nn 128x176 split 4, 71.5 us), the workspace split-K beside it (64x128
+      # ping-pong split 2, 47.9), the best spec of 512x512 / 256x256 and cuBLASLt's autotuned kernel
+      # (32.8 / 21.8 / 11.6 us): DRAM / L2 throughput and hit rate say whether bytes or the
+      # reduction hold them.
+      psecs=200; [ "$stage" != profile-starved ] && psecs=${stage#profile-starved:}
+      W="backend=cuda family=wgmma bk=64 group_m=8 cluster=1"
+      timeout "$psecs" python3 bench/kernel_profile.py --out "$OUT" \
+        --case "1024x512x16384:nn|$W bm=128 bn=176 warps=12 stages=4 split_k=4 subtile=1 warp_spec=1|$W bm=64 bn=128 warps=12 stages=8 split_k=2 subtile=1 warp_spec=2|$W bm=128 bn=128 warps=12 stages=6 split_k=1 subtile=2 warp_spec=1|cublaslt-autotune" \
+        --case "512x512x16384:nn|$W bm=128 bn=128 warps=12 stages=6 split_k=6 subtile=1 warp_spec=1|cublaslt-autotune" \
+        --case "256x256x16384:nn|$W bm=64 bn=64 warps=8 stages=13 split_k=6 subtile=1 warp_spec=1|cublaslt-autotune" \
         2>&1 | grep -v "^  " | tail -12 ;;
     small-sweep|small-sweep:*)
       # small-sweep[:NN_S[:NT_S]] (defaults 120, 80): issue 20's coverage pass on an H100 (small_sweep above)
