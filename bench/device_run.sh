@@ -324,9 +324,13 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
           tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
         fi
       else
-        # On an H100 (nothing pending; runs 157-161 timed the moved shapes twice and small nn a third
-        # time): the ring stage, starved first (run 163 reached mid and 147 large, not starved).
-        bash "$0" ring:starved,large:nt:$((nsecs - SECONDS - 70))
+        # On an H100 (runs 164-165 swept every starved, mid and shortK shape with the ring rule): where
+        # the starved class's worst shapes lose (ncu), every split of four tiles on the 40 worst
+        # (bench/starved_split_pairs.txt), then the ring stage over large nn (not swept at 1534d61).
+        bash "$0" profile-starved:170
+        timeout 170 python3 bench/hopper_sweep.py --out "$OUT" --pairs bench/starved_split_pairs.txt --n-cands 2 \
+          --tag starved_split --time-limit 150 2>&1 | tail -5
+        [ $((nsecs - SECONDS)) -gt 100 ] && bash "$0" ring:large:nn:$((nsecs - SECONDS - 40))
       fi ;;
     *)
       echo "unknown stage $stage" ;;
