@@ -19,7 +19,7 @@ H200 = dataclasses.replace(DeviceInfo.target("sm_90a"), sm_count=132)
 def test_candidates_are_valid_and_distinct(shape, layout):
     p = Problem.parse(shape, layout)
     got = candidates(p, H200, 8)
-    assert 8 <= len(got) <= 11
+    assert 8 <= len(got) <= 12        # n, two ping-pong, up to two half-wave splits (<= n + 4)
     assert all(s.family == "wgmma" and is_valid(s, p, H200) for s in got)
     assert len({s.text for s in got}) == len(got)
 
@@ -29,6 +29,38 @@ def test_starved_shapes_split_k_and_full_ones_do_not():
     assert starved[0].split_k > 1            # 8 tiles of 64x64 on 132 SMs: split K
     full = candidates(Problem(8192, 8192, 8192, "nn"), H200, 8)
     assert full[0].split_k == 1 and (full[0].bm, full[0].bn) in ((128, 256), (256, 128))
+
+
+def test_deep_k_starved_shapes_get_the_half_wave_splits():
+    """Run 167 (H100): on deep-K starved shapes the split whose units fill half the SMs (64 of 132)
+    beat the wave list's splits (which fill the card). 512x512x16384: 16 tiles of 128x128 -> split 4
+    (64 units; split 6 would make 96), 16 of 64x128 x 2 -> split 2; 256x256x16384: 4 tiles of 128x128
+    -> split 16, 8 of 64x128 -> split 8. Cooperative, one K-slice cluster a tile (cluster=1), deepest
+    ring. Shorter K, skinny outputs and shapes whose tiles alone fill half the card get none."""
+    from cudal2.tiles import half_wave_split
+    for shape, want in (("512x512x16384", {(128, 128): 4, (64, 128): 2}),
+                        ("256x256x16384", {(128, 128): 16, (64, 128): 8}),
+                        ("1024x256x12288", {(128, 128): 4, (64, 128): 2})):
+        p = Problem.parse(shape, "nn")
+        for (bm, bn), split in want.items():
+            assert half_wave_split(p, bm, bn, 132) == split
+            tiles = -(-p.M // bm) * -(-p.N // bn)
+            assert 33 <= tiles * split <= 66 and tiles * split == 64
+        got = {(s.bm, s.bn, s.split_k): s for s in candidates(p, H200, 4)}
+        for (bm, bn), split in want.items():
+            s = got[(bm, bn, split)]
+            assert s.warp_spec == 1 and s.cluster == 1 and s.subtile == 1 and is_valid(s, p, H200)
+            assert s.warps == (12 if bm == 128 else 8)
+            assert not is_valid(dataclasses.replace(s, stages=s.stages + 1), p, H200) or s.stages == 16
+    # outside the measured domain: K under 8192, a skinny output, tiles that fill half the card
+    for shape in ("512x512x4096", "64x4096x16384", "2048x2048x16384"):
+        p = Problem.parse(shape, "nt")
+        assert candidates(p, H200, 4) == [s for s in candidates(p, H200, 4)
+                                          if not (s.warp_spec == 1 and s.split_k > 1
+                                                  and (s.bm, s.bn) in ((128, 128), (64, 128))
+                                                  and half_wave_split(p, s.bm, s.bn, 132) == s.split_k)]
+    assert half_wave_split(Problem.parse("2048x2048x16384", "nt"), 128, 128, 132) is None   # 256 tiles
+    assert half_wave_split(Problem.parse("64x64x16384", "nt"), 128, 128, 132) is None       # 1 tile x 16
 
 
 def test_deepest_ring_that_fits():

@@ -124,6 +124,32 @@ def _deepest(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSp
     return v if v is not None and v.stages > s.stages else s
 
 
+# Deep-K starved shapes: a split that fills about half the SMs with work units. On an H100 (run
+# 167, 2026-12-07, bench/starved_split_pairs.txt: the 20 starved shapes per layout furthest under
+# best-cublas, all K 8192-16384, each with every split giving 64-264 units of cooperative 128x128,
+# 64x128, 128x64 and 64x64 and ping-pong 128x128), the fastest split of 128x128 gave 64 units on 32
+# of 34 problems, of 64x128 / 128x64 on 24 / 21 of 39 (96 on most others, 128 on 3); only 64x64
+# often took 128 (14 of 37). More slices add partials to reduce and, on these bandwidth-bound
+# shapes, no MMA rate (128 units in clusters of 4 or 8 do not even fit the card's GPCs at once:
+# cudal2.cluster_fit). The two tiles below at that split reached 0.855 of best-cublas (geomean over
+# the 40; the best of all specs 0.870, worst 0.62) where the wave list and the ring specs had
+# reached 0.769 (runs 164 / 165): the wave model ranks units that fill the card first. Shorter K was
+# not measured, nor skinny outputs (the 40 had M and N from 128 to 1024), so the rule stays where it
+# was measured: K >= HALF_WAVE_MIN_K, M and N >= HALF_WAVE_MIN_MN. The model's own list is unchanged.
+HALF_WAVE_TILES = ((128, 128, 12), (64, 128, 8))      # bm, bn, warps (cooperative)
+HALF_WAVE_MIN_K = 8192
+HALF_WAVE_MIN_MN = 128
+
+
+def half_wave_split(problem: Problem, bm: int, bn: int, sms: int) -> int | None:
+    """The largest split of the grammar whose work units fill at most half the SMs and more than a
+    quarter (run 167 measured 64 units of 132 and more, not fewer), with at least two K-tiles a slice;
+    None where no split > 1 does (the tile grid alone fills half the card, or is too small for it)."""
+    tiles = math.ceil(problem.M / bm) * math.ceil(problem.N / bn)
+    ok = [s for s in _SPLITS if 1 < s and sms // 4 < tiles * s <= sms // 2 and math.ceil(problem.K / 64) >= 2 * s]
+    return max(ok) if ok else None
+
+
 def lite_ring(spec: KernelSpec, problem: Problem) -> KernelSpec:
     """A lite spec's ring no deeper than its work unit's k-tiles (all of K in flight at once; a
     deeper ring only holds shared memory), and at least 2."""
@@ -153,8 +179,9 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
     """n valid cooperative wgmma specs, best modelled first (distinct tile and split, each with the
     deepest ring that fits, at most two per tile; a shallow ring deepened by subtile 2 where that
     fits more, `_deepest`), then ping-pong versions of the two best tiles that allow one (else
-    of the best-modelled tiles one warpgroup holds whole), then lite versions (warp_spec 0) of the
-    `lite` best tiles (n + 2 + lite at most). No 2-CTA clusters: on the H200 (2026-12-03, run 30) a cluster=2 spec ran at 0.93x of the
+    of the best-modelled tiles one warpgroup holds whole), then on deep-K shapes cooperative 128x128
+    and 64x128 at the split that fills half the SMs (`half_wave_split`), then lite versions (warp_spec
+    0) of the `lite` best tiles (n + 4 + lite at most). No 2-CTA clusters: on the H200 (2026-12-03, run 30) a cluster=2 spec ran at 0.93x of the
     same spec without one (median of 208 pairs, 0.49-1.21x) and was the best of its shape on 1 of
     104 (bench/hopper_sweep.py --clusters N tries them)."""
     sms = device.sm_count or 132
@@ -210,6 +237,15 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
         if pp is not None and pp not in out:
             out.append(pp)
             added += 1
+    if problem.K >= HALF_WAVE_MIN_K and min(problem.M, problem.N) >= HALF_WAVE_MIN_MN:
+        for bm, bn, warps in HALF_WAVE_TILES:
+            split = half_wave_split(problem, bm, bn, sms)
+            if split is None:
+                continue
+            hw = _deepest(KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=warps, stages=2,
+                                     group_m=8, split_k=split, subtile=1, warp_spec=1, cluster=1), problem, device)
+            if hw is not None and hw not in out:
+                out.append(hw)
     for s in [s for s in out if s.warp_spec == 1][:lite]:
         li = _lite(s, problem, device)
         if li is not None and li not in out:
