@@ -324,13 +324,15 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
           tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
         fi
       else
-        # On an H100 (runs 164-165 swept every starved, mid and shortK shape with the ring rule): where
-        # the starved class's worst shapes lose (ncu), every split of four tiles on the 40 worst
-        # (bench/starved_split_pairs.txt), then the ring stage over large nn (not swept at 1534d61).
-        bash "$0" profile-starved:170
-        timeout 170 python3 bench/hopper_sweep.py --out "$OUT" --pairs bench/starved_split_pairs.txt --n-cands 2 \
-          --tag starved_split --time-limit 150 2>&1 | tail -5
-        [ $((nsecs - SECONDS)) -gt 100 ] && bash "$0" ring:large:nn:$((nsecs - SECONDS - 40))
+        # On an H100 (run 167 measured the starved worst's splits and large nn): the 40 worst again
+        # with the wave candidates on 2-CTA clusters too (cuBLASLt runs them on 64x64 / 128x64 tiles in
+        # 2-CTA clusters; the wave lists never seed a cluster), then the ring stage over all starved
+        # shapes with the half-wave splits (tiles.HALF_WAVE_TILES) in the lists.
+        timeout 200 python3 bench/hopper_sweep.py --out "$OUT" --pairs bench/starved_split_pairs.txt --n-cands 6 \
+          --clusters 6 --tag starved_cluster --time-limit 180 2>&1 | tail -5
+        half=$(( (nsecs - SECONDS - 40) / 2 ))
+        bash "$0" ring:starved:nt:$half
+        bash "$0" ring:starved:nn:$((nsecs - SECONDS - 40))
       fi ;;
     *)
       echo "unknown stage $stage" ;;
