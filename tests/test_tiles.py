@@ -124,3 +124,30 @@ def test_a_shallow_ring_is_deepened_by_the_half_width_epilogue():
     assert pp and (pp[0].bm, pp[0].bn, pp[0].subtile, pp[0].stages) == (128, 128, 2, 6)
     coop = KernelSpec.parse("family=wgmma bm=128 bn=128 warps=12 stages=5")
     assert max_stages(coop, p, H200).stages >= 5 > SUBTILE_RING_MAX[1]
+
+
+def test_nn_lists_pay_for_narrow_b_boxes():
+    """nn: B's N-major tile in 16-column TMA boxes (BN not a multiple of 32) ran at ~0.61 of the same
+    spec in nt on an H100 (runs 158-167, 688 pairs), 32-column ones at ~0.92, 64-column at parity. The
+    nn list ranks by the model's estimate times NN_BOX_COST, so at 4096x4096x512 (where nt's list
+    holds odd tiles) nn holds no 16-column BN; nt's list is unchanged by the rule."""
+    from cudal2.spec import nn_box_cols
+    from cudal2.tiles import NN_BOX_COST
+    assert NN_BOX_COST[64] == 1.0 < NN_BOX_COST[32] < NN_BOX_COST[16]
+    assert [nn_box_cols(b) for b in (64, 128, 96, 160, 80, 176, 208)] == [64, 64, 32, 32, 16, 16, 16]
+    saved = dict(NN_BOX_COST)
+    try:
+        for shape in ("4096x4096x512", "512x256x16384", "1000x3000x1000", "2048x1536x4096"):
+            nt = candidates(Problem.parse(shape, "nt"), H200, 8)
+            nn = candidates(Problem.parse(shape, "nn"), H200, 8)
+            NN_BOX_COST.update({64: 1.0, 32: 1.0, 16: 1.0})
+            nn_flat = candidates(Problem.parse(shape, "nn"), H200, 8)
+            NN_BOX_COST.update(saved)
+            # without the cost the nn list is nt's tiles; with it, 16-column tiles only where nt's
+            # model gap to the next tile exceeds 1.65x (none of these shapes)
+            assert [(s.bm, s.bn, s.split_k) for s in nn_flat] == [(s.bm, s.bn, s.split_k) for s in nt]
+            assert all(nn_box_cols(s.bn) >= 32 for s in nn)
+            if any(nn_box_cols(s.bn) == 16 for s in nt):
+                assert [(s.bm, s.bn) for s in nn] != [(s.bm, s.bn) for s in nt]
+    finally:
+        NN_BOX_COST.update(saved)

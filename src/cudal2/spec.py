@@ -111,6 +111,12 @@ class SpecError(ValueError):
         super().__init__(f"{field}: {message}")
 
 
+def nn_box_cols(bn: int) -> int:
+    """wgmma, layout nn: columns of one TMA box of B's N-major tile, the largest of 64 / 32 / 16
+    dividing BN (the swizzle spans its 128 / 64 / 32-byte rows)."""
+    return next(w for w in (64, 32, 16) if bn % w == 0)
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     backend: str = "triton"
@@ -204,7 +210,7 @@ class KernelSpec:
         """wgmma, layout nn: columns of one TMA box of the N-major B tile, the largest of 64/32/16
         dividing BN; its rows are 128/64/32 bytes, and the smem swizzle (the wgmma descriptor's
         layout type) is the one that spans them."""
-        return next(w for w in (64, 32, 16) if self.bn % w == 0)
+        return nn_box_cols(self.bn)
 
     @property
     def epi_cols(self) -> int:

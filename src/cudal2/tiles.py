@@ -23,7 +23,7 @@ from dataclasses import replace
 from .cluster_fit import cluster_ctas
 from .device import DeviceInfo
 from .problems import Problem
-from .spec import CHOICES, MAX_ACC_REGS_SPLITK, KernelSpec, is_valid
+from .spec import CHOICES, MAX_ACC_REGS_SPLITK, KernelSpec, is_valid, nn_box_cols
 
 _BMS = (64, 128, 256)
 # Every split the grammar has (3 / 6 / 12 since 2026-12-05, not measured as seeds yet): on the card
@@ -124,6 +124,18 @@ def _deepest(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSp
     return v if v is not None and v.stages > s.stages else s
 
 
+# nn: B's N-major tile comes in TMA boxes of KernelSpec.nn_b_cols columns (64 / 32 / 16, the largest
+# dividing BN) under the matching 128 / 64 / 32-byte swizzle, and the narrow ones slow the mainloop.
+# On an H100 (2026-12-07, runs 158-167: the same spec on the same grid shape, nt time / nn time,
+# geomean): 16-column boxes 0.61 over 688 pairs without a split (large 0.52-0.56, mid 0.56, starved
+# 0.66, shortK 0.77) and 0.67 over 211 split-K ones; 32-column 0.92 / 0.90 (291 / 84); 64-column
+# 1.007 / 1.001 (6870 / 386). The wave model knows nothing of the layout, so it seeded nn lists with
+# BN 80 / 112 / 176 / 208 specs that ran at nt's 0.5-0.7. NN_BOX_COST scales the model's estimate
+# for nn by the inverse of those ratios (no-split figures, rounded), so a narrow box wins a place in
+# the list only where its waves gain more than it loses.
+NN_BOX_COST = {64: 1.0, 32: 1.09, 16: 1.65}
+
+
 # Deep-K starved shapes: a split that fills about half the SMs with work units. On an H100 (run
 # 167, 2026-12-07, bench/starved_split_pairs.txt: the 20 starved shapes per layout furthest under
 # best-cublas, all K 8192-16384, each with every split giving 64-264 units of cooperative 128x128,
@@ -197,7 +209,8 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
             for split in _SPLITS:
                 if split > 1 and math.ceil(problem.K / 64) < 2 * split:
                     continue                   # at least two K-tiles per slice
-                scored.append((estimate(problem, bm, bn, split, sms, fits.get(split)), bm, bn, split))
+                box = NN_BOX_COST[nn_box_cols(bn)] if problem.layout == "nn" else 1.0
+                scored.append((box * estimate(problem, bm, bn, split, sms, fits.get(split)), bm, bn, split))
     scored.sort()
     out: list[KernelSpec] = []
     per_tile: dict = {}
