@@ -328,8 +328,8 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         # with the wave candidates on 2-CTA clusters too (cuBLASLt runs them on 64x64 / 128x64 tiles in
         # 2-CTA clusters; the wave lists never seed a cluster), then the ring stage over all starved
         # shapes with the half-wave splits (tiles.HALF_WAVE_TILES) in the lists.
-        timeout 200 python3 bench/hopper_sweep.py --out "$OUT" --pairs bench/starved_split_pairs.txt --n-cands 6 \
-          --clusters 6 --tag starved_cluster --time-limit 180 2>&1 | tail -5
+        timeout 220 python3 bench/hopper_sweep.py --out "$OUT" --pairs bench/starved_split_pairs.txt --n-cands 4 \
+          --clusters 4 --tag starved_cluster --time-limit 200 2>&1 | tail -5
         half=$(( (nsecs - SECONDS - 40) / 2 ))
         bash "$0" ring:starved:nt:$half
         bash "$0" ring:starved:nn:$((nsecs - SECONDS - 40))

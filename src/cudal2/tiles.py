@@ -137,9 +137,9 @@ NN_BOX_COST = {64: 1.0, 32: 1.09, 16: 1.65}
 
 
 # Deep-K starved shapes: a split that fills about half the SMs with work units. On an H100 (run
-# 167, 2026-12-07, bench/starved_split_pairs.txt: the 20 starved shapes per layout furthest under
-# best-cublas, all K 8192-16384, each with every split giving 64-264 units of cooperative 128x128,
-# 64x128, 128x64 and 64x64 and ping-pong 128x128), the fastest split of 128x128 gave 64 units on 32
+# 167, 2026-12-07, hopper/run167_starved_split_pairs.txt: the 20 starved shapes per layout furthest
+# under best-cublas, all K 8192-16384, each with every split giving 64-264 units of cooperative 128x128,
+# 64x128, 128x64 and 64x64), the fastest split of 128x128 gave 64 units on 32
 # of 34 problems, of 64x128 / 128x64 on 24 / 21 of 39 (96 on most others, 128 on 3); only 64x64
 # often took 128 (14 of 37). More slices add partials to reduce and, on these bandwidth-bound
 # shapes, no MMA rate (128 units in clusters of 4 or 8 do not even fit the card's GPCs at once:
