@@ -47,6 +47,8 @@ def card(path: str) -> DeviceInfo:
 
 
 def worst(paths: list[str], n: int, cls: str) -> list[tuple[str, str, float]]:
+    """(shape, layout, best ratio) of the n problems of class `cls` whose best ok row is lowest, per
+    sweep CSV, lowest first."""
     out = []
     for path in paths:
         best: dict = {}
@@ -83,7 +85,7 @@ def main(argv=None) -> int:
                 lines.append(f"{shape}:{layout}|{s.text}  # {args.cls} {v:.3f}")
     print("# " + " ".join(["python3", "bench/starved_split_pairs.py"] + (argv or sys.argv[1:])))
     print(f"# {len(lines)} pairs; after '#': the class and the problem's best ratio in the sweep. Timed by:")
-    print("#   python3 bench/hopper_sweep.py --pairs bench/starved_split_pairs.txt --n-cands 2 --tag starved_split")
+    print("#   python3 bench/hopper_sweep.py --pairs bench/starved_split_pairs.txt --n-cands 4 --clusters 4 --tag starved_cluster")
     print("\n".join(lines))
     return 0
 
