@@ -27,6 +27,14 @@ recheck() {
 # bench/sweep_file.sh per layout (the wave model's specs and bench/small_extra.txt's Triton tiled /
 # mma / stream specs, the leads searched and filed in run/registry), then one run.tgz of the whole run/ (adopt it with bench/adopt_runpack.py).
 # Files: nn/ and nt/ (the sweep's CSV / JSON, logs.tgz), run.tgz. A layout given 0 s is skipped.
+# profile_cases SECONDS CASE...: bench/kernel_profile.py (ncu) over the cases ("SHAPE|kernel|..."),
+# time-boxed, its summary lines only (~20 s a kernel; H100 run 100).
+profile_cases() {
+  local secs=$1 c args=()
+  shift
+  for c in "$@"; do args+=(--case "$c"); done
+  timeout "$secs" python3 bench/kernel_profile.py --out "$OUT" "${args[@]}" 2>&1 | grep -v "^  " | tail -12
+}
 small_sweep() {
   local lay secs
   for lay in nn nt; do
@@ -276,25 +284,23 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # 4096x4096x512: 256x128; 4096^3: 128x256); ~20 s a kernel under ncu (H100 run 100).
       psecs=170; [ "$stage" != profile19 ] && psecs=${stage#profile19:}
       W="backend=cuda family=wgmma bk=64 group_m=8 cluster=1"
-      timeout "$psecs" python3 bench/kernel_profile.py --out "$OUT" \
-        --case "1024x1024x8192:nt|$W bm=64 bn=128 warps=8 stages=8 split_k=1 subtile=1 warp_spec=1|$W bm=128 bn=128 warps=12 stages=6 split_k=2 subtile=1 warp_spec=1|cublaslt-autotune" \
-        --case "4096x4096x512:nt|$W bm=256 bn=128 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
-        --case "4096x4096x4096:nt|$W bm=128 bn=256 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
-        2>&1 | grep -v "^  " | tail -12 ;;
+      profile_cases "$psecs" \
+        "1024x1024x8192:nt|$W bm=64 bn=128 warps=8 stages=8 split_k=1 subtile=1 warp_spec=1|$W bm=128 bn=128 warps=12 stages=6 split_k=2 subtile=1 warp_spec=1|cublaslt-autotune" \
+        "4096x4096x512:nt|$W bm=256 bn=128 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" \
+        "4096x4096x4096:nt|$W bm=128 bn=256 warps=12 stages=3 split_k=1 subtile=1 warp_spec=1|cublaslt-autotune" ;;
     profile-starved|profile-starved:*)
       # profile-starved[:SECONDS] (default 200): where the starved class's worst shapes lose (runs
       # 164-165: small outputs, K 16384): the cluster split-K that ran 2-3x over its k-tiles' time
       # (1024x512x16384 nn 128x176 split 4, 71.5 us), the workspace split-K beside it (64x128
       # ping-pong split 2, 47.9), the best spec of 512x512 / 256x256 and cuBLASLt's autotuned kernel
       # (32.8 / 21.8 / 11.6 us): DRAM / L2 throughput and hit rate say whether bytes or the
-      # reduction hold them.
+      # reduction hold them (run 167: cuBLASLt's kernels there are 64x64 / 128x64 on 2-CTA clusters).
       psecs=200; [ "$stage" != profile-starved ] && psecs=${stage#profile-starved:}
       W="backend=cuda family=wgmma bk=64 group_m=8 cluster=1"
-      timeout "$psecs" python3 bench/kernel_profile.py --out "$OUT" \
-        --case "1024x512x16384:nn|$W bm=128 bn=176 warps=12 stages=4 split_k=4 subtile=1 warp_spec=1|$W bm=64 bn=128 warps=12 stages=8 split_k=2 subtile=1 warp_spec=2|$W bm=128 bn=128 warps=12 stages=6 split_k=1 subtile=2 warp_spec=1|cublaslt-autotune" \
-        --case "512x512x16384:nn|$W bm=128 bn=128 warps=12 stages=6 split_k=6 subtile=1 warp_spec=1|cublaslt-autotune" \
-        --case "256x256x16384:nn|$W bm=64 bn=64 warps=8 stages=13 split_k=6 subtile=1 warp_spec=1|cublaslt-autotune" \
-        2>&1 | grep -v "^  " | tail -12 ;;
+      profile_cases "$psecs" \
+        "1024x512x16384:nn|$W bm=128 bn=176 warps=12 stages=4 split_k=4 subtile=1 warp_spec=1|$W bm=64 bn=128 warps=12 stages=8 split_k=2 subtile=1 warp_spec=2|$W bm=128 bn=128 warps=12 stages=6 split_k=1 subtile=2 warp_spec=1|cublaslt-autotune" \
+        "512x512x16384:nn|$W bm=128 bn=128 warps=12 stages=6 split_k=6 subtile=1 warp_spec=1|cublaslt-autotune" \
+        "256x256x16384:nn|$W bm=64 bn=64 warps=8 stages=13 split_k=6 subtile=1 warp_spec=1|cublaslt-autotune" ;;
     small-sweep|small-sweep:*)
       # small-sweep[:NN_S[:NT_S]] (defaults 120, 80): issue 20's coverage pass on an H100 (small_sweep above)
       IFS=: read -r _ s_nn s_nt <<<"$stage"; small_sweep "${s_nn:-120}" "${s_nt:-80}" ;;
