@@ -26,7 +26,7 @@ import sys
 from cudal2.device import DeviceInfo
 from cudal2.problems import Problem
 from cudal2.spec import KernelSpec, is_valid
-from cudal2.tiles import _deepest
+from cudal2.tiles import deepest
 
 TILES = ((128, 128, 12, 1), (64, 128, 8, 1), (128, 64, 12, 1), (64, 64, 8, 1))   # bm, bn, warps, warp_spec
 COOP_SPLITS = (2, 3, 4, 6, 8, 12, 16)
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
                 continue
             base = KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=warps, stages=2,
                               group_m=8, split_k=split, subtile=1, warp_spec=ws, cluster=cluster)
-            s = _deepest(base, p, dev)
+            s = deepest(base, p, dev)
             if s is not None and is_valid(s, p, dev):
                 lines.append(f"{shape}:{layout}|{s.text}  # {args.cls} {v:.3f}")
     print("# " + " ".join(["python3", "bench/starved_split_pairs.py"] + (argv or sys.argv[1:])))

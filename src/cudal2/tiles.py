@@ -114,7 +114,7 @@ def _seedable(spec: KernelSpec) -> bool:
 SUBTILE_RING_MAX = {1: 4, 2: 5}      # by warp_spec: cooperative, ping-pong
 
 
-def _deepest(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec | None:
+def deepest(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec | None:
     """The spec with the deepest ring that fits (max_stages), a shallow one deepened by subtile 2
     where that holds more stages (SUBTILE_RING_MAX); None where no ring fits."""
     s = max_stages(spec, problem, device)
@@ -162,6 +162,13 @@ def half_wave_split(problem: Problem, bm: int, bn: int, sms: int) -> int | None:
     return max(ok) if ok else None
 
 
+def _wgmma(bm: int, bn: int, warps: int, split: int, warp_spec: int) -> KernelSpec:
+    """A list's wgmma base spec: bk 64, group 8, subtile 1, no 2-CTA cluster, a 2-stage ring that
+    `deepest` then deepens."""
+    return KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=warps, stages=2, group_m=8,
+                      split_k=split, subtile=1, warp_spec=warp_spec, cluster=1)
+
+
 def lite_ring(spec: KernelSpec, problem: Problem) -> KernelSpec:
     """A lite spec's ring no deeper than its work unit's k-tiles (all of K in flight at once; a
     deeper ring only holds shared memory), and at least 2."""
@@ -190,7 +197,7 @@ def _lite(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec 
 def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) -> list[KernelSpec]:
     """n valid cooperative wgmma specs, best modelled first (distinct tile and split, each with the
     deepest ring that fits, at most two per tile; a shallow ring deepened by subtile 2 where that
-    fits more, `_deepest`), then ping-pong versions of the two best tiles that allow one (else
+    fits more, `deepest`), then ping-pong versions of the two best tiles that allow one (else
     of the best-modelled tiles one warpgroup holds whole), then on deep-K shapes cooperative 128x128
     and 64x128 at the split that fills half the SMs (`half_wave_split`), then lite versions (warp_spec
     0) of the `lite` best tiles (n + 4 + lite at most). No 2-CTA clusters: on the H200 (2026-12-03, run 30) a cluster=2 spec ran at 0.93x of the
@@ -206,10 +213,10 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
         for bn in bns:
             if bm > 64 and bn < 64:        # thin tiles on two consumer warpgroups waste the MMA shape
                 continue
+            box = NN_BOX_COST[nn_box_cols(bn)] if problem.layout == "nn" else 1.0
             for split in _SPLITS:
                 if split > 1 and math.ceil(problem.K / 64) < 2 * split:
                     continue                   # at least two K-tiles per slice
-                box = NN_BOX_COST[nn_box_cols(bn)] if problem.layout == "nn" else 1.0
                 scored.append((box * estimate(problem, bm, bn, split, sms, fits.get(split)), bm, bn, split))
     scored.sort()
     out: list[KernelSpec] = []
@@ -220,11 +227,10 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
         if per_tile.get((bm, bn), 0) >= 2:    # spread the list over tiles: the model only ranks
             continue
         for warps, ws in (((8, 1), (12, 1)) if bm == 64 else ((12, 1),)):
-            base = KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=warps, stages=2,
-                              group_m=8, split_k=split, subtile=1, warp_spec=ws, cluster=1)
+            base = _wgmma(bm, bn, warps, split, ws)
             if not _seedable(base):
                 continue
-            s = _deepest(base, problem, device)
+            s = deepest(base, problem, device)
             if s is not None and s not in out:
                 out.append(s)
                 per_tile[(bm, bn)] = per_tile.get((bm, bn), 0) + 1
@@ -240,13 +246,12 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
             yield replace(s, warps=12, warp_spec=2, subtile=1)
         for _, bm, bn, split in (scored if out else ()):      # n = 0: no candidates at all
             if split == 1:
-                yield KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=12, stages=2,
-                                 group_m=8, split_k=1, subtile=1, warp_spec=2, cluster=1)
+                yield _wgmma(bm, bn, 12, 1, 2)
     added = 0
     for base in pingpong_bases():
         if added >= 2:
             break
-        pp = _deepest(base, problem, device)
+        pp = deepest(base, problem, device)
         if pp is not None and pp not in out:
             out.append(pp)
             added += 1
@@ -255,8 +260,7 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
             split = half_wave_split(problem, bm, bn, sms)
             if split is None:
                 continue
-            hw = _deepest(KernelSpec(backend="cuda", family="wgmma", bm=bm, bn=bn, bk=64, warps=warps, stages=2,
-                                     group_m=8, split_k=split, subtile=1, warp_spec=1, cluster=1), problem, device)
+            hw = deepest(_wgmma(bm, bn, warps, split, 1), problem, device)
             if hw is not None and hw not in out:
                 out.append(hw)
     for s in [s for s in out if s.warp_spec == 1][:lite]:
