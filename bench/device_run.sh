@@ -5,7 +5,8 @@
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
-# profile19[:SECONDS] profile-starved[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] next[:SECONDS].
+# profile19[:SECONDS] profile-starved[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] decode-set[:SECONDS]
+# next[:SECONDS].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -307,39 +308,37 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
     transfer|transfer:*)
       # transfer[:SECONDS] (default 300): transfer_new above
       secs=300; [ "$stage" != transfer ] && secs=${stage#transfer:}; transfer_new "$secs" ;;
+    decode-set|decode-set:*)
+      # decode-set[:SECONDS] (default 200): issue 20's decode set (bench/decode_set.txt: Llama-3-8B and
+      # Qwen2.5-7B projections at M 1-64, nt) as dispatched beside the five baselines on three clocks:
+      # offline, CUDA-graph replays and server (cold L2, the way decode runs in a server); ~2.5 s a
+      # shape. Resumable like graph:*: carry run/decode_set_nt.json back as .runpack/decode_set_nt.json.
+      dsecs=200; [ "$stage" != decode-set ] && dsecs=${stage#decode-set:}
+      mkdir -p run && djson=run/decode_set_nt.json
+      [ -f .runpack/decode_set_nt.json ] && [ ! -f "$djson" ] && cp .runpack/decode_set_nt.json run/
+      timeout $((dsecs + 30)) cudal2 compare --shapes bench/decode_set.txt --layout nt --mode offline,graph,server \
+        --registry src/cudal2/registry --min-ms 15 --server-calls 30 --eager-ms 2 --no-table --json "$djson" \
+        --resume --time-limit $((dsecs - 20)) 2>&1 | tail -12
+      gzip -c "$djson" >"$OUT/decode_set_nt.json.gz" ;;
     next|next:*)
-      # next[:SECONDS] (default 560): the first call of the next card session, by card, time-boxed.
-      # On an H200 (none since run 96; rewritten 2026-12-07, CPU): issue 19's Nsight profiles
-      # (profile19, ~150 s: the one figure that issue still lacks from this card), the ring stage
-      # over shortK, starved, mid and large nt (200 s: the H200's family figures were searched
-      # without the wave lists' ping-pong 128x128 6 sub2, the H100's best spec on a third to half
-      # of the shapes of those classes),
-      # then the full checker over the H200's 741 entries re-rendered for PDL (556 wgmma, 81 mma /
-      # stream, 104 tiled; the PDL GPU tests are not re-run, run 131 passed them on an H100 and verify
-      # runs the checker on each kernel) in what is left, recorded on an export (index_rechecked.json.gz: copy
-      # it over src/cudal2/registry/index.json after checking that only check fields moved; the
-      # summary line counts what is left for the next call).
+      # next[:SECONDS] (default 560): the first call of the next card session, by card, time-boxed
+      # (rewritten 2026-12-07 when issue 19 closed: issues 20 and 22 only).
+      # On an H200 (none since run 96): the full checker over the H200's 741 entries re-rendered for
+      # PDL (issue 22's "every entry ok"; recorded on an export: index_rechecked.json.gz, copy it over
+      # src/cudal2/registry/index.json after checking that only check fields moved), then the decode
+      # set on three clocks, then the small class's second half on the graph clock in what is left.
+      # On an H100: the decode set, then the small class's second half (bench/graph_small_nt_b.txt;
+      # runs 146-156 timed the first half three times: graph 1.185-1.188).
       nsecs=560; [ "$stage" != next ] && nsecs=${stage#next:}
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-        bash "$0" profile19:150 ring:shortK,starved,mid,large:nt:200
-        vsecs=$((nsecs - SECONDS - 40))
-        if [ $vsecs -gt 60 ]; then
-          rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
-          timeout $((vsecs + 30)) cudal2 registry verify --gpu --render --record --pending-only --time-limit $((vsecs - 30)) \
-            --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
-          tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
-        fi
-      else
-        # On an H100 (run 167 measured the starved worst's splits and large nn): the 40 worst again
-        # with the wave candidates on 2-CTA clusters too (cuBLASLt runs them on 64x64 / 128x64 tiles in
-        # 2-CTA clusters; the wave lists never seed a cluster), then the ring stage over all starved
-        # shapes with the half-wave splits (tiles.HALF_WAVE_TILES) in the lists.
-        timeout 220 python3 bench/hopper_sweep.py --out "$OUT" --pairs bench/starved_split_pairs.txt --n-cands 4 \
-          --clusters 4 --tag starved_cluster --time-limit 200 2>&1 | tail -5
-        half=$(( (nsecs - SECONDS - 40) / 2 ))
-        bash "$0" ring:starved:nt:$half
-        bash "$0" ring:starved:nn:$((nsecs - SECONDS - 40))
-      fi ;;
+        rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
+        timeout 230 cudal2 registry verify --gpu --render --record --pending-only --time-limit 200 \
+          --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
+        tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
+      fi
+      bash "$0" decode-set:200
+      gsecs=$((nsecs - SECONDS - 40))
+      [ $gsecs -gt 60 ] && bash "$0" graph:bench/graph_small_nt_b.txt:nt:$gsecs ;;
     *)
       echo "unknown stage $stage" ;;
   esac
