@@ -440,6 +440,42 @@ def test_cuda_bind_packs_what_run_packs(monkeypatch, family, text, shape, layout
             assert got[1][0] == -(-M // k.spec.bm) * -(-N // k.spec.bn) * k.spec.split_k
 
 
+def test_decode_steps_encode_only_the_moved_operands_map(monkeypatch):
+    """At decode A is a fresh activation each step and B a fixed weight: the bound launch encodes
+    A's map when A moves and never B's again; weights of 32 layers x the allocator's alternating
+    activation blocks stay cached (a cache of (A, B) pairs held 64 and was cleared every round),
+    and each launch still carries the maps of the operands it was given."""
+    import torch
+
+    from cudal2.backends import cuda_launch
+    k, drv = _stand_in_kernel("wgmma", "nt", "bm=64 bn=64 warps=4 stages=8 warp_spec=0", monkeypatch)
+    encoded = []
+    stand_in = cuda_launch._encode
+    monkeypatch.setattr(cuda_launch, "_encode", lambda ptr, *rest: encoded.append(ptr) or stand_in(ptr, *rest))
+    M, N, K = 7, 4096, 4096
+    h = torch.float16
+    f = k.bind(M, N, K)
+    acts = [torch.empty(M, K, dtype=h) for _ in range(3)]
+    weights = [torch.empty(N, K, dtype=h) for _ in range(32)]
+    c = torch.empty(M, N, dtype=h)
+    for step in range(2):
+        for layer, w in enumerate(weights):
+            encoded.clear()
+            a = acts[(step * 32 + layer) % 3]
+            f(a, w, c)
+            # the maps in this launch are those of a and w (the stand-in map starts with the pointer)
+            maps = [bytes(m).rstrip(b"\0").decode().split("/")[0] for m in k._tmaps.values()]
+            assert f"{a.data_ptr():x}" in maps and f"{w.data_ptr():x}" in maps
+            if step:
+                assert encoded == [], f"step 1, layer {layer}: re-encoded {encoded}"
+    # a new activation block: only A's map is encoded
+    encoded.clear()
+    f(torch.empty(M, K, dtype=h), weights[0], c)
+    assert len(encoded) == 1
+    launched = drv.launches[-1][5]
+    assert launched[1] == drv.launches[0][5][1]        # weights[0]'s map, as in its first launch
+
+
 @pytest.mark.parametrize("family,text,ws_arg", [
     ("mma", "bm=64 bn=64 bk=32 warps=4 stages=3 split_k=2", 3),
     ("wgmma", "bm=128 bn=128 warps=12 stages=4 warp_spec=2 split_k=2", 4),

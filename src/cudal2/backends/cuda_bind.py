@@ -67,8 +67,8 @@ def bind_mma(k, M: int, N: int, K: int, d, stream):
 
 
 def bind_wgmma(k, M: int, N: int, K: int, d, stream):
-    """f(a, b, c) for the wgmma family at one size: tensor maps rewritten only when an operand's
-    pointer moved (C's on its own: a fresh output each call must not re-copy A's and B's)."""
+    """f(a, b, c) for the wgmma family at one size: each operand's tensor map rewritten only when its
+    pointer moved (a fresh activation or output each call must not re-copy the others')."""
     maps = [(ctypes.c_ubyte * 128)() for _ in range(3)]
     c_slot, ws_slot, cnt_slot = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
     i32 = [ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)]
@@ -82,17 +82,22 @@ def bind_wgmma(k, M: int, N: int, K: int, d, stream):
     ok, idx = d.CUresult.CUDA_SUCCESS, k.device_index
     bshape = (K, N) if k.layout == "nn" else (N, K)
     split, ws = k._global_split(), k._ws
-    last = [None, _UNSEEN, None]
+    last = [None, _UNSEEN, None, None]      # A's pointer, the workspace pair, C's, B's
 
     def run(a, b, c) -> None:
         pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-        if last[0] != (pa, pb):     # maps encode the operand pointers: rewrite when they move
-            ta, tb = k._tensor_maps(M, N, K, bshape, pa, pb)
-            ctypes.memmove(maps[0], ta, 128)
-            ctypes.memmove(maps[1], tb, 128)
+        # Maps encode the operand pointers: rewrite the one that moved (at decode A moves every
+        # step and B, the weight, stays).
+        if last[0] != pa:
+            ctypes.memmove(maps[0], k._a_map(M, K, pa), 128)
             if ab:
-                ab[0].value, ab[1].value = pa, pb
-            last[0] = (pa, pb)
+                ab[0].value = pa
+            last[0] = pa
+        if last[3] != pb:
+            ctypes.memmove(maps[1], k._b_map(N, K, bshape, pb), 128)
+            if ab:
+                ab[1].value = pb
+            last[3] = pb
         if last[2] != pc:
             ctypes.memmove(maps[2], k._c_map(M, N, pc), 128)
             c_slot.value = pc

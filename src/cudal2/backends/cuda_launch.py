@@ -24,7 +24,10 @@ from .cuda_stream import StreamLauncher
 from .driver import check as check_with, drv, pdl_launch
 from .workspace import StreamWorkspace
 
-_TMAP_CACHE_MAX = 64          # distinct (pointer, shape) operand pairs kept encoded per kernel
+# Tensor maps kept encoded per kernel, each operand's on its own (A, B and C pointer and shape): a
+# 32-layer model's weights of one shape (one B map each) beside the caching allocator's few
+# activation and output blocks fit; past it the cache starts again.
+_TMAP_CACHE_MAX = 256
 _MAX_BINDS = 256              # problem sizes bound per kernel before the table is reset
 
 
@@ -207,28 +210,50 @@ class CudaKernel:
             self._launch("cudal2_splitk_reduce", (blocks, 1, 1), 256, 0, s, self._red_args)
 
     def _tensor_maps(self, M, N, K, bshape: tuple, pa, pb) -> tuple[bytes, bytes]:
-        """A's and B's tensor maps, encoded once per (pointer, shape) pair."""
-        key = (pa, M, K, pb, bshape)
+        """A's and B's tensor maps (each encoded once per pointer and shape: `_a_map`, `_b_map`)."""
+        return self._a_map(M, K, pa), self._b_map(N, K, bshape, pb)
+
+    def _a_map(self, M, K, pa) -> bytes:
+        """A's tensor map, cached on its own: at decode A is a fresh activation every step while B
+        is the same weight, so a moved A must not re-encode B's map (one cuTensorMapEncodeTiled
+        a call, not two), and a model's many weights of one shape share the few activation blocks
+        the caching allocator hands out (a cache of (A, B) pairs held layers x blocks of them)."""
+        key = ("a", pa, M, K)
         hit = self._tmaps.get(key)
         if hit is not None:
             return hit
-        if (pa | pb) % 16:
-            raise ValueError("wgmma (TMA) needs 16-byte aligned a and b")
+        if pa % 16:
+            raise ValueError("wgmma (TMA) needs a 16-byte aligned a")
+        if K % 8:
+            raise ValueError(f"wgmma (TMA) needs K % 8 == 0 (16-byte rows of a), got K={K}")
+        sp = self.spec
+        # A 2-CTA cluster loads the shared tile in halves, one per CTA (kernels_cuda/wgmma.cu).
+        ca = sp.cluster if sp.cluster_shares_a else 1
+        # K-major boxes are one swizzle atom wide (wgmma.cu's KA: 64 columns, 32 at bk 32); a bk 128
+        # k-tile is two such boxes.
+        return self._keep(key, _encode(pa, K, M, min(sp.bk, 64), a_box_rows(sp.bm // ca, M, self.a_trim)))
+
+    def _b_map(self, N, K, bshape: tuple, pb) -> bytes:
+        """B's tensor map, cached on its own (see `_a_map`); nn's B box is bk k-rows tall."""
+        key = ("b", pb, bshape, N, K)
+        hit = self._tmaps.get(key)
+        if hit is not None:
+            return hit
+        if pb % 16:
+            raise ValueError("wgmma (TMA) needs a 16-byte aligned b")
         if K % 8 or N % 8:
             raise ValueError(f"wgmma (TMA) needs N % 8 == 0 and K % 8 == 0, got N={N} K={K}")
         sp = self.spec
-        # A 2-CTA cluster loads the shared tile in halves, one per CTA (kernels_cuda/wgmma.cu).
-        ca, cb = (sp.cluster, 1) if sp.cluster_shares_a else (1, sp.cluster)
-        # K-major boxes are one swizzle atom wide (wgmma.cu's KA: 64 columns, 32 at bk 32); a bk 128
-        # k-tile is two such boxes. nn's B box is bk k-rows tall.
-        ka = min(sp.bk, 64)
-        ta = _encode(pa, K, M, ka, a_box_rows(sp.bm // ca, M, self.a_trim))
-        tb = (_encode(pb, K, N, ka, sp.bn // cb) if self.layout == "nt"
+        cb = 1 if sp.cluster_shares_a else sp.cluster
+        tb = (_encode(pb, K, N, min(sp.bk, 64), sp.bn // cb) if self.layout == "nt"
               else _encode(pb, N, K, sp.nn_b_cols, sp.bk // cb))
+        return self._keep(key, tb)
+
+    def _keep(self, key, tmap: bytes) -> bytes:
         if len(self._tmaps) >= _TMAP_CACHE_MAX:
             self._tmaps.clear()
-        self._tmaps[key] = (ta, tb)
-        return ta, tb
+        self._tmaps[key] = tmap
+        return tmap
 
     def _c_map(self, M, N, pc) -> bytes:
         """C's tensor map: the epilogue's store box, one warpgroup's rows by epi_cols columns,
@@ -242,11 +267,8 @@ class CudaKernel:
             raise ValueError("wgmma (TMA) needs a 16-byte aligned c")
         sp = self.spec
         crows = sp.bm if sp.pingpong else sp.bm // sp.consumers
-        if len(self._tmaps) >= _TMAP_CACHE_MAX:
-            self._tmaps.clear()
-        tc = self._tmaps[key] = (_encode(pc, N, M, sp.bn // sp.subtile, crows, swizzled=False) if self.epi_wide
-                                 else _encode(pc, N, M, sp.epi_cols, crows))
-        return tc
+        return self._keep(key, _encode(pc, N, M, sp.bn // sp.subtile, crows, swizzled=False) if self.epi_wide
+                          else _encode(pc, N, M, sp.epi_cols, crows))
 
     # CTAs a persistent cluster launch may have resident at once (None: one per SM).
     cluster_ctas: int | None = None
