@@ -330,6 +330,24 @@ def test_a_trim_compiles_without_spills_and_says_so(backend, text, layout):
     assert b"cudal2_a_trim" not in backend.compile(pair, BIG, DeviceInfo.target("sm_90a")).binary
 
 
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+@pytest.mark.parametrize("M", [1, 7, 16, 64])
+@pytest.mark.parametrize("text", ["bm=64 bn=64 warps=4 stages=8 warp_spec=0",                # lite
+                                  "bm=64 bn=128 warps=4 stages=6 warp_spec=0 split_k=4",     # lite, 4 K slices
+                                  "bm=64 bn=32 warps=8 stages=16 split_k=6"])                # the filed decode spec
+def test_decode_specs_compile_at_decode_m(backend, hopper, text, M, layout):
+    """Issue 20's compile-only check: the lite schedule and the registries' decode split-K spec are
+    valid at M = 1, 7, 16, 64 (N 4096, K 14336) and compile for sm_90a without spills, with A's box
+    trimmed to M rows where M < BM (the module's cudal2_a_trim). tests/test_stream_compile.py does
+    the same for the stream family."""
+    from cudal2.spec import validate
+    p = Problem(M, 4096, 14336, layout)
+    spec = validate(_spec("family=wgmma " + text), p, hopper)
+    art = backend.compile(spec, p, hopper)
+    assert art.meta["spills_bytes"] == 0 and art.meta["stack_bytes"] == 0, art.meta["log"]
+    assert b"cudal2_a_trim" in art.binary
+
+
 @pytest.mark.parametrize("text", ["bm=64 bn=64 warps=4 stages=4 warp_spec=0",        # lite
                                   "bm=128 bn=256 warps=12 stages=4 subtile=2",         # cooperative, halves
                                   "bm=64 bn=128 warps=12 stages=6 warp_spec=2 split_k=2",   # ping-pong, workspace

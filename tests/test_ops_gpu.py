@@ -215,3 +215,38 @@ def test_patched_mlp_compile_and_graph(tmp_path, gpu_device):
 def nn_mlp():
     from torch import nn
     return nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 256))
+
+
+# Issue 20's families served by cudal2.matmul: the stream family at a decode shape and the wgmma
+# lite schedule at a tiny one (specs the registries file; no times: dispatch only).
+DECODE = [(Problem(7, 4096, 4096, "nt"), "backend=cuda family=stream bm=32 bn=16 bk=32 warps=8 stages=8 split_k=1"),
+          (Problem(16, 1024, 4096, "nt"), "backend=cuda family=wgmma bm=64 bn=64 bk=64 warps=8 stages=13 split_k=6"),
+          (Problem(128, 128, 512, "nn"), "backend=cuda family=wgmma bm=64 bn=64 bk=64 warps=4 stages=8 warp_spec=0")]
+
+
+@pytest.mark.parametrize("p,text", DECODE, ids=[p.text for p, _ in DECODE])
+def test_decode_families_serve_a_decode_loop(tmp_path, gpu_device, p, text):
+    """Steps of a decode loop (a fresh activation each step, the same weight; a second weight of the
+    same shape between them, as a model's layers are): every call dispatches the filed kernel and
+    matches the fp32 reference, and a step's output is not the previous step's."""
+    from cudal2.spec import KernelSpec, validate
+    spec = validate(KernelSpec.parse(text), p, gpu_device)
+    reg = Registry.load(tmp_path)
+    reg.add(Entry(problem=p.text, device=gpu_device.key, backend="cuda", spec=spec.text),
+            get_backend("cuda").render(spec, p))
+    ops.set_registry(tmp_path)
+    try:
+        _, w1 = operands(p, seed=10)
+        _, w2 = operands(p, seed=11)
+        prev = None
+        for step in range(4):
+            a, _ = operands(p, seed=20 + step)
+            for w in (w1, w2):
+                c = cudal2.matmul(a, w, layout=p.layout)
+                assert rel_err(c, a, w, p.layout) <= REL, f"step {step}"
+            assert ops.plan_info(a, w1, p.layout).startswith(f"kernel {gpu_device.key}/{p.text} (exact, cuda")
+            if prev is not None:
+                assert not torch.equal(c, prev)
+            prev = c
+    finally:
+        ops.set_registry(None)
