@@ -13,7 +13,10 @@ write C once and do 2MNK flops. Each has a time measured on the card (no GPU her
            highest rate any call in the compare reached offline (a peak measured low must not
            put a floor above a time the card ran)
 
-The floor is the largest of the four (they overlap; their sum would overstate it) and the ceiling
+  chain    chain_floor.py (with --chain, where it measured the shape): reading A and B once, then
+           writing C, with every SM sharing the bytes: what the four above overlap, measured
+
+The floor is the largest of them (they overlap; their sum would overstate it) and the ceiling
 t_best-cublas / floor. Between the measured sizes (8 MiB to 1 GiB) a time is interpolated linearly
 in bytes, below 8 MiB from the empty kernel's time at 0 bytes (over 132 CTAs where the launch file
 has it), and past 1 GiB at 1 GiB's rate: an affine launch + bytes / rate, which under 8 MiB sits
@@ -55,14 +58,14 @@ from cudal2.stats import SHAPE_CLASSES, geomean, shape_class  # noqa: E402
 
 # The issues' targets per class over the grid: issue 20 (small, skinny) and issue 19 (the rest).
 TARGETS = {"small": 1.20, "skinny": 1.25, "starved": 1.20, "shortK": 1.20, "mid": 1.05, "large": 1.00}
-FLOORS = ("latency", "read", "write", "compute")
+FLOORS = ("latency", "read", "write", "compute", "chain")
 LOAD_CASES = ("load: ld.global", "load: cp.async", "load: TMA", "load: TMA + prefetch")
 
 
 class Card:
     """The card's measured floors for one clock mode (offline or server)."""
 
-    def __init__(self, ceiling: dict, launch: dict | None, mode: str):
+    def __init__(self, ceiling: dict, launch: dict | None, mode: str, chain: dict | None = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
         rows = [r for r in ceiling.get("rows", []) if r.get("mode") == mode]
@@ -83,6 +86,9 @@ class Card:
         # (bytes, µs) from 0 bytes at the empty kernel's time, sorted by size
         self.read = [(0, self.empty)] + sorted((int(r["bytes"]), float(r["read_us"])) for r in rows)
         self.write = [(0, self.empty)] + sorted((int(r["bytes"]), float(r["write_us"])) for r in rows)
+        # (M, N, K) -> the chain's µs in this mode, where chain_floor.py measured the shape
+        self.chain = {(r["M"], r["N"], r["K"]): float(r["chain_us"]) for r in (chain or {}).get("rows", [])
+                      if r.get("mode") == mode}
 
     @staticmethod
     def _at(points: list[tuple[int, float]], nbytes: float) -> float:
@@ -93,10 +99,13 @@ class Card:
         return y * nbytes / x            # past the largest size: its rate
 
     def floors(self, m: int, n: int, k: int, flops_per_s: float) -> dict[str, float]:
-        return {"latency": self.latency,
-                "read": self._at(self.read, 2.0 * (m * k + n * k)),
-                "write": self._at(self.write, 2.0 * m * n),
-                "compute": 2.0 * m * n * k / flops_per_s * 1e6}
+        f = {"latency": self.latency,
+             "read": self._at(self.read, 2.0 * (m * k + n * k)),
+             "write": self._at(self.write, 2.0 * m * n),
+             "compute": 2.0 * m * n * k / flops_per_s * 1e6}
+        if (m, n, k) in self.chain:
+            f["chain"] = self.chain[(m, n, k)]
+        return f
 
 
 def peak_flops(doc: dict) -> float:
@@ -120,7 +129,7 @@ def shape_rows(doc: dict, card: Card, mode: str) -> list[dict]:
         if not best or r["shape"] not in ours:
             continue
         f = card.floors(r["M"], r["N"], r["K"], peak)
-        bind = max(FLOORS, key=f.get)
+        bind = max(f, key=f.get)
         out.append({"shape": r["shape"], "class": shape_class(r["M"], r["N"], r["K"]), "best_cublas_us": best,
                     "floors_us": {k: round(v, 3) for k, v in f.items()}, "binding": bind,
                     "ceiling": best / f[bind], "cudal2": ours[r["shape"]]})
@@ -170,6 +179,7 @@ def markdown(result: dict) -> str:
     lines = [f"# Per-class ceilings by the card's floors ({result['card']})", "",
              "    " + result["command"], "",
              f"Floors from `{result['ceiling']}`" + (f" and `{result['launch']}`" if result["launch"] else "")
+             + (f" and `{result['chain']}`" if result.get("chain") else "")
              + " (bench/class_ceiling.py says how). Ceiling = best-cublas / the largest floor, geomean per "
              "class; cudal2 as dispatched by the compare; share = log(x) / log(ceiling): how much of the "
              "possible gain a figure is (above 1: the target is past the ceiling).", ""]
@@ -209,6 +219,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ceiling", required=True, help="stream_ceiling.py's JSON (read / write rates, the empty kernel)")
     ap.add_argument("--launch", help="launch_cost.py's JSON (the empty kernel over 132 CTAs, the first loads)")
+    ap.add_argument("--chain", help="chain_floor.py's JSON (read A and B, then write C, per shape) of the same card")
     ap.add_argument("--set", action="append", required=True, metavar="NAME=COMPARE",
                     help="a compare JSON (gzipped or not) of the same card; repeatable")
     ap.add_argument("--only", action="append", default=[], metavar="NAME=SHAPES",
@@ -233,11 +244,12 @@ def main(argv=None) -> int:
             raise SystemExit(f"error: --only / --set-target name {k!r} is not a --set ({', '.join(sorted(names))})")
     ceiling = load_json(a.ceiling)
     launch = load_json(a.launch) if a.launch else None
+    chain = load_json(a.chain) if a.chain else None
     card_key = ceiling.get("card") or "?"
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     if not modes or set(modes) - set(MODES):
         raise SystemExit(f"error: --modes {a.modes!r}: a comma-separated list of {', '.join(MODES)}")
-    result = {"card": card_key, "ceiling": a.ceiling, "launch": a.launch, "targets": targets,
+    result = {"card": card_key, "ceiling": a.ceiling, "launch": a.launch, "chain": a.chain, "targets": targets,
               "command": "python3 bench/class_ceiling.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "latency": {}, "sets": {}, "shapes": {}}
     for spec in a.set:
@@ -252,14 +264,14 @@ def main(argv=None) -> int:
             if not doc["rows"]:
                 raise SystemExit(f"error: none of the {len(keep)} shapes of {only[name]} is in {path}")
         v = doc.get("versions") or {}
-        floors_on = {d.get("card") for d in (ceiling, launch) if d and d.get("card")}
+        floors_on = {d.get("card") for d in (ceiling, launch, chain) if d and d.get("card")}
         if v.get("card") and floors_on - {v["card"]}:
             raise SystemExit(f"error: {path} was run on {v['card']}, the floors on {', '.join(sorted(floors_on))}: "
                              "give one card's files")
         s = {"compare": path, "card": v.get("card"), "commit": v.get("commit"), "modes": {},
              "only": only.get(name), "missing": missing if name in only else None}
         for mode in modes:
-            card = Card(ceiling, launch, mode)
+            card = Card(ceiling, launch, mode, chain)
             rows = shape_rows(doc, card, mode)
             s["modes"][mode] = class_table(rows, targets, set_targets.get(name))
             result["latency"][mode] = {"empty_us": card.empty, "first_load": card.load_case,

@@ -6,7 +6,7 @@
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
 # profile19[:SECONDS] profile-starved[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] decode-set[:SECONDS]
-# next[:SECONDS].
+# chain[:SECONDS] next[:SECONDS].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -320,15 +320,24 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         --registry src/cudal2/registry --min-ms 15 --server-calls 30 --eager-ms 2 --no-table --json "$djson" \
         --resume --time-limit $((dsecs - 20)) 2>&1 | tail -12
       gzip -c "$djson" >"$OUT/decode_set_nt.json.gz" ;;
+    chain|chain:*)
+      # chain[:SECONDS] (default 200): bench/chain_floor.py over the small and skinny grid shapes and
+      # the decode set, offline and server: per shape the time of reading A and B once and then
+      # writing C (checked), beside torch.matmul in the same run: a floor tighter than each of
+      # class_ceiling.py's four alone (`class_ceiling.py --chain`), ~0.5 s a shape.
+      csecs=200; [ "$stage" != chain ] && csecs=${stage#chain:}
+      timeout $((csecs + 40)) python3 bench/chain_floor.py --out "$OUT" --classes small,skinny \
+        --shapes bench/decode_set.txt --time-limit "$csecs" 2>&1 | tail -14 ;;
     next|next:*)
       # next[:SECONDS] (default 560): the first call of the next card session, by card, time-boxed
       # (rewritten 2026-12-07 when issue 19 closed: issues 20 and 22 only).
       # On an H200 (none since run 96): the full checker over the H200's 741 entries re-rendered for
       # PDL (issue 22's "every entry ok"; recorded on an export: index_rechecked.json.gz, copy it over
       # src/cudal2/registry/index.json after checking that only check fields moved), then the decode
-      # set on three clocks, then the small class's second half on the graph clock in what is left.
-      # On an H100: the decode set, then the small class's second half (bench/graph_small_nt_b.txt;
-      # runs 146-156 timed the first half three times: graph 1.185-1.188).
+      # set on three clocks, the chain floors (issue 20's ceilings), then the small class's second half
+      # on the graph clock in what is left.
+      # On an H100: the decode set, the chain floors, then the small class's second half
+      # (bench/graph_small_nt_b.txt; runs 146-156 timed the first half three times: graph 1.185-1.188).
       nsecs=560; [ "$stage" != next ] && nsecs=${stage#next:}
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
@@ -336,7 +345,8 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
           --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
         tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
       fi
-      bash "$0" decode-set:200
+      bash "$0" decode-set:180
+      bash "$0" chain:$(( (nsecs - SECONDS - 80) / 2 > 170 ? 170 : (nsecs - SECONDS - 80) / 2 ))
       gsecs=$((nsecs - SECONDS - 40))
       [ $gsecs -gt 60 ] && bash "$0" graph:bench/graph_small_nt_b.txt:nt:$gsecs ;;
     *)

@@ -164,6 +164,23 @@ __device__ __forceinline__ void bulk_store(unsigned char* g, u64 nbytes, u32 chu
 extern "C" __global__ void k_bulk_store4(unsigned char* g, u64 nbytes, u32 chunk, u32 seed) {
     bulk_store<4>(g, nbytes, chunk, seed);
 }
+
+// ---- the chain (bench/chain_floor.py): what any GEMM kernel does at least, in order. Each CTA reads
+// its share of A and B (one buffer here) as ldg<U> does, XORed into out[blockIdx.x]; block_xor's
+// barrier comes after every thread's XOR, so every load of the CTA has landed before any thread
+// passes it; then the CTA writes its share of C (pattern(w), as stg<4>).
+template <int U>
+__device__ __forceinline__ void chain(const uint4* __restrict__ g, u64 n16, uint4* c, u64 c16, u32 seed, u32* out) {
+    ldg<U>(g, n16, out);
+    stg<4>(c, c16, seed);
+}
+
+extern "C" __global__ void k_chain4(const uint4* g, u64 n16, uint4* c, u64 c16, u32 seed, u32* out) {
+    chain<4>(g, n16, c, c16, seed, out);
+}
+extern "C" __global__ void k_chain8(const uint4* g, u64 n16, uint4* c, u64 c16, u32 seed, u32* out) {
+    chain<8>(g, n16, c, c16, seed, out);
+}
 '''
 
 # name -> (kernel, threads, CTAs per SM, chunk bytes, stages): bulk rings of 128-192 KB per SM (one
@@ -181,6 +198,16 @@ WRITERS = {
     "bulk 32K x4": ("k_bulk_store4", 128, 1, 32 << 10, 4),
     "stg x4 t512": ("k_stg4", 512, 4, 0, 0),
 }
+# name -> (kernel, threads, CTAs per SM, 0, 0); CTAs per SM 0: as many CTAs as the reads need (one
+# U-load step per thread), at least 1, at most 4 a SM: a tiny shape pays for no idle CTAs.
+CHAINS = {
+    "chain x4 t128 fit": ("k_chain4", 128, 0, 0, 0),
+    "chain x4 t256 1/SM": ("k_chain4", 256, 1, 0, 0),
+    "chain x4 t512 1/SM": ("k_chain4", 512, 1, 0, 0),
+    "chain x4 t256 2/SM": ("k_chain4", 256, 2, 0, 0),
+    "chain x8 t256 1/SM": ("k_chain8", 256, 1, 0, 0),
+    "chain x4 t512 4/SM": ("k_chain4", 512, 4, 0, 0),
+}
 SEED = 0x9E3779B9
 
 
@@ -189,7 +216,9 @@ def _config(name: str) -> tuple:
         return READERS[name]
     if name in WRITERS:
         return WRITERS[name]
-    raise KeyError(f"no reader or writer named {name!r}")
+    if name in CHAINS:
+        return CHAINS[name]
+    raise KeyError(f"no reader, writer or chain named {name!r}")
 
 
 def config_error(name: str, nbytes: int) -> str | None:
@@ -216,7 +245,7 @@ def kernel_smem() -> dict[str, int]:
     """Per kernel, the most dynamic shared memory any of its configs asks for: the attribute is the
     kernel's, so it is set once to the largest ring (a later, smaller config must not lower it)."""
     most: dict[str, int] = {}
-    for name, (kernel, *_rest) in {**READERS, **WRITERS}.items():
+    for name, (kernel, *_rest) in {**READERS, **WRITERS, **CHAINS}.items():
         most[kernel] = max(most.get(kernel, 0), smem_bytes(name))
     return most
 
@@ -253,8 +282,48 @@ class Streams:
                 check(self.d.cuFuncSetAttribute(self.funcs[kernel], attr, smem), f"{kernel}: {smem} B smem")
         self._keep = []
 
-    def grid(self, name: str) -> int:
-        return self.sms * _config(name)[2]
+    def grid(self, name: str, n16: int = 0) -> int:
+        """CTAs of `name`'s launch (a chain's "fit" config: by the 16-byte words it reads, n16)."""
+        _k, threads, per_sm, _c, _s = _config(name)
+        if per_sm:
+            return self.sms * per_sm
+        unroll = 8 if _k.endswith("8") else 4
+        return max(1, min(4 * self.sms, -(-n16 // (threads * unroll))))
+
+    def chain_fn(self, name: str, inp, c, out):
+        """A launch of chain `name`: read `inp`, then write the pattern into `c` (both contiguous
+        CUDA tensors of a multiple of 16 bytes), each CTA's XOR into out[:grid]."""
+        import torch
+        kernel, threads, *_rest = _config(name)
+        nin, nc = inp.numel() * inp.element_size(), c.numel() * c.element_size()
+        if nin % 16 or nc % 16:
+            raise ValueError(f"{name}: {nin} B in, {nc} B out: each must be a multiple of 16")
+        grid = self.grid(name, nin // 16)
+        if out.numel() < grid:
+            raise ValueError(f"{name} needs an out of at least {grid} words (one per CTA)")
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        slots = [u64(inp.data_ptr()), u64(nin // 16), u64(c.data_ptr()), u64(nc // 16), u32(SEED), u64(out.data_ptr())]
+        args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
+        self._keep.append((slots, args))
+        func, d, argp = self.funcs[kernel], self.d, ctypes.addressof(args)
+
+        def launch():
+            return d.cuLaunchKernel(func, grid, 1, 1, threads, 1, 1, 0, torch.cuda.current_stream().cuda_stream, argp, 0)
+        launch.grid = grid
+        return launch
+
+    def check_chain(self, name: str, inp, c, out, want: int) -> bool:
+        """One checked launch of chain `name`: its CTAs' outputs XOR to `inp`'s words (`want`) and
+        every word of `c` (first filled with something else) holds pattern(w)."""
+        import numpy as np
+        import torch
+        out.zero_()
+        c.view(torch.int32).fill_(0x5A5A5A5A)
+        f = self.chain_fn(name, inp, c, out)
+        self.check(f(), f"cuLaunchKernel({name})")
+        torch.cuda.synchronize()
+        got = out[: f.grid].cpu().numpy().view(np.uint32)
+        return int(np.bitwise_xor.reduce(got)) == want and holds_pattern(c)
 
     def fn(self, name: str, buf, out=None):
         """A launch of reader `name` reading `buf` (a contiguous CUDA tensor) into out[:grid], or of

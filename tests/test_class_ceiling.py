@@ -141,3 +141,26 @@ def test_only_restricts_a_set_to_a_shapes_file_with_its_own_target(tmp_path):
     (tmp_path / "none.txt").write_text("128x128x128:nt\n")
     with pytest.raises(SystemExit, match="none of the 1 shapes"):
         c.main(base + ["--only", f"d={tmp_path / 'none.txt'}"])
+
+
+def test_the_chain_floor_binds_where_measured(tmp_path):
+    """--chain (bench/chain_floor.py's rows): a fifth floor for the shapes it measured, in its mode;
+    it binds where it is the largest, and a shape it did not measure keeps the four."""
+    c = _module()
+    chain = {"card": "NVIDIA H200", "rows": [
+        {"M": 64, "N": 64, "K": 64, "mode": "offline", "chain_us": 4.5},        # over latency's 4.1
+        {"M": 64, "N": 2048, "K": 4096, "mode": "offline", "chain_us": 6.0},    # under the read's 5.5 + ...
+        {"M": 64, "N": 64, "K": 64, "mode": "server", "chain_us": 4.0}]}        # under server's 4.6
+    rows = c.shape_rows(_doc([SMALL, SKINNY, LARGE]), c.Card(CEILING, LAUNCH, "offline", chain), "offline")
+    by = {r["shape"]: r for r in rows}
+    assert by["64x64x64"]["binding"] == "chain" and by["64x64x64"]["ceiling"] == pytest.approx(5.0 / 4.5)
+    assert by["64x2048x4096"]["binding"] == "read" and by["64x2048x4096"]["floors_us"]["chain"] == 6.0
+    assert "chain" not in by["4096x4096x4096"]["floors_us"]
+    server = c.shape_rows(_doc([SMALL]), c.Card(CEILING, LAUNCH, "server", chain), "server")
+    assert server[0]["binding"] == "latency"
+    (tmp_path / "ceil.json").write_text(json.dumps(CEILING))
+    (tmp_path / "cmp.json").write_text(json.dumps(_doc([SMALL, SKINNY, LARGE])))
+    (tmp_path / "chain.json").write_text(json.dumps({**chain, "card": "NVIDIA H100 80GB HBM3"}))
+    with pytest.raises(SystemExit, match="the floors on NVIDIA H100 80GB HBM3, NVIDIA H200"):
+        c.main(["--ceiling", str(tmp_path / "ceil.json"), "--chain", str(tmp_path / "chain.json"),
+                "--set", f"g={tmp_path / 'cmp.json'}", "--out", str(tmp_path / "out")])

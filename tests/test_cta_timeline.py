@@ -287,7 +287,7 @@ def test_the_probe_stage_names_what_exists(stage, at_least):
         # stage words start lower-case: the rest of a line is arithmetic in a stage's argument
         called = [w.split(":")[0] for line in re.findall(r'bash "\$0" ([^\n;]+)', probe) for w in line.split()
                   if re.match(r"[a-z]", w)]
-        assert {"decode-set", "graph"} <= set(called)
+        assert {"decode-set", "chain", "graph"} <= set(called)
         for name in called:
             assert re.search(rf"^    {name}[|):]", text, re.M), name
     # a quoted list assigned to a variable (VAR="a b") counts word by word

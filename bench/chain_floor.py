@@ -1,0 +1,181 @@
+"""The chain floor per GEMM shape: the GPU time of reading A and B once and then writing C, with every
+SM sharing the bytes, beside torch.matmul in the same run (issue 20: how far any kernel could beat
+cuBLAS on small, skinny and decode shapes, by measurement).
+
+bench/class_ceiling.py's floors overlap (it takes the largest of launch + first load, the read of A
+and B, the write of C and the MMA time): on a shape where cuBLAS takes 5-8 µs none of them binds
+alone, and the ceiling best-cublas / floor counts a kernel that reads, multiplies and writes in the
+time of the slowest one part. No GEMM kernel can write a C element before the loads of its row of A
+and column of B have landed, so a kernel that reads every byte of A and B once (its share per CTA)
+and only then writes its share of C is a lower bound on any of them that is tighter than each part
+alone: bench/stream_cuda.py's chain kernels (16-byte loads, U in flight per thread, XORed and
+checked; a CTA barrier; 16-byte stores of a checked pattern), over a few grids (fewest CTAs for the
+bytes, 1 / 2 / 4 per SM), the fastest per shape. A real GEMM reads more than this (a CTA reads its
+tile's whole panels) and does the MMAs: the floor is generous to any kernel.
+
+On the PROTOCOL clock (cudal2.timing: offline back to back, server with L2 wiped and an idle gap),
+each shape's chain configs and torch.matmul (nt, the same bytes) interleaved in one run; every chain
+config is checked once before it is timed.
+
+  source bench/device_env.sh
+  python3 bench/chain_floor.py --out $OUT --classes small,skinny --shapes bench/decode_set.txt --time-limit 200
+
+Writes chain_floor_<device>_<commit>.json (card, commit, command, a row per shape and mode) and .md
+(geomean of torch.matmul / chain per class: its ceiling against torch.matmul by this floor), rewritten
+as rows come in (a time-boxed run keeps what it measured). `class_ceiling.py --chain FILE` adds it as
+a floor.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))      # stream_cuda (bench/ is not a package)
+
+MODES = ("offline", "server")
+
+
+def shapes_of(classes: list[str], files: list[str]) -> list[tuple[int, int, int]]:
+    """(M, N, K) of the grid's shapes of `classes` (shared/classes.py's, in grid order), then of the
+    --shapes files' (layout ignored: the chain moves the same bytes either way), each once."""
+    from cudal2.problems import grid, read_shape_file
+    from cudal2.stats import SHAPE_CLASSES, shape_class
+    bad = set(classes) - set(SHAPE_CLASSES)
+    if bad:
+        raise ValueError(f"--classes {','.join(sorted(bad))}: choose from {', '.join(SHAPE_CLASSES)}")
+    out = [(p.M, p.N, p.K) for p in grid("nt") if shape_class(p.M, p.N, p.K) in classes]
+    for f in files:
+        out += [(p.M, p.N, p.K) for p in read_shape_file(f, "nt")]
+    return list(dict.fromkeys(out))
+
+
+def padded(elements: int) -> int:
+    """fp16 elements rounded up to 16 bytes (the chain's accesses; at most 14 bytes more)."""
+    return -(-elements // 8) * 8
+
+
+def measure_shape(streams, m: int, n: int, k: int, modes, min_ms: float, server_calls: int) -> list[dict]:
+    import torch
+
+    import stream_cuda
+    from cudal2 import timing
+    inp = torch.randn(padded(m * k + n * k), device="cuda", dtype=torch.float16)
+    a, b = inp[: m * k].view(m, k), inp[m * k: m * k + n * k].view(n, k)
+    c = torch.empty(padded(m * n), device="cuda", dtype=torch.float16)
+    cm = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    out = torch.empty(4 * streams.sms, device="cuda", dtype=torch.int32)
+    want = stream_cuda.xor_all(inp.cpu().numpy().tobytes())
+    fns = {}
+    for name in stream_cuda.CHAINS:
+        if not streams.check_chain(name, inp, c, out, want):
+            raise SystemExit(f"chain {name}: wrong XOR or unwritten words at {m}x{n}x{k}")
+        fns[name] = streams.chain_fn(name, inp, c, out)
+    fns["torch"] = lambda: torch.matmul(a, b.t(), out=cm)
+    rows = []
+    for mode in modes:
+        st = (timing.offline(fns, min_calls=30, min_ms=min_ms) if mode == "offline"
+              else timing.server(fns, calls=server_calls))
+        key = "median_us" if mode == "offline" else "mean_us"
+        t = {name: getattr(s, key) for name, s in st.items()}
+        chains = {name: v for name, v in t.items() if name in stream_cuda.CHAINS}
+        best = min(chains, key=chains.get)
+        rows.append({"shape": f"{m}x{n}x{k}", "M": m, "N": n, "K": k, "mode": mode,
+                     "chain_us": round(chains[best], 3), "chain_config": best, "torch_us": round(t["torch"], 3),
+                     "torch_over_chain": round(t["torch"] / chains[best], 3),
+                     "configs_us": {name: round(v, 3) for name, v in chains.items()},
+                     "in_bytes": 2 * (m * k + n * k), "out_bytes": 2 * m * n})
+    return rows
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per mode and class: shapes, geomean torch.matmul / chain (its ceiling by this floor), the
+    median chain time, and which config was fastest how often."""
+    from collections import Counter
+
+    from cudal2.stats import geomean, shape_class
+    out = []
+    for mode in MODES:
+        rs = [r for r in rows if r["mode"] == mode]
+        for cls in sorted({shape_class(r["M"], r["N"], r["K"]) for r in rs}) + ["all"]:
+            cs = [r for r in rs if cls in ("all", shape_class(r["M"], r["N"], r["K"]))]
+            ts = sorted(r["chain_us"] for r in cs)
+            out.append({"mode": mode, "class": cls, "shapes": len(cs),
+                        "torch_over_chain": round(geomean(r["torch_over_chain"] for r in cs), 3),
+                        "chain_median_us": ts[len(ts) // 2],
+                        "fastest": dict(Counter(r["chain_config"] for r in cs).most_common(3))})
+    return out
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"# The chain floor on {doc['card']} (commit {doc['commit']})", "", f"    {doc['command']}", "",
+             "Per shape the fastest chain (read A and B once, then write C; bench/chain_floor.py) beside "
+             "torch.matmul (nt) in the same run; torch / chain is torch.matmul's headroom by this floor "
+             f"(geomean per class, shared/classes.py). {doc['shapes_done']} of {doc['shapes_asked']} shapes.", "",
+             "| mode | class | shapes | torch.matmul / chain | chain median µs | fastest configs |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for s in doc["summary"]:
+        lines.append(f"| {s['mode']} | {s['class']} | {s['shapes']} | {s['torch_over_chain']:.3f} | "
+                     f"{s['chain_median_us']:.2f} | " + ", ".join(f"{k} {v}" for k, v in s["fastest"].items()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--classes", default="small,skinny", help="grid classes (shared/classes.py), comma separated; '' none")
+    ap.add_argument("--shapes", action="append", default=[], help="a --shapes file (MxNxK[:layout] lines); repeatable")
+    ap.add_argument("--modes", default="offline,server")
+    ap.add_argument("--min-ms", type=float, default=5.0, help="offline: at least this much GPU time per function")
+    ap.add_argument("--server-calls", type=int, default=20)
+    ap.add_argument("--time-limit", type=float, default=0.0, help="seconds; stop before a shape past it (0: none)")
+    a = ap.parse_args(argv)
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    if not modes or set(modes) - set(MODES):
+        ap.error(f"--modes {a.modes!r}: a comma-separated list of {', '.join(MODES)}")
+    try:
+        shapes = shapes_of([c for c in a.classes.split(",") if c.strip()], a.shapes)
+    except (ValueError, OSError) as e:
+        ap.error(str(e))
+    if not shapes:
+        ap.error("no shapes: give --classes or --shapes")
+    import torch
+    if not torch.cuda.is_available():
+        print("error: no CUDA GPU: chain_floor measures the card", file=sys.stderr)
+        return 3
+    import stream_cuda
+    from cudal2.device import current
+    from cudal2.versions import collect, source_commit
+    dev = current()
+    commit, card = source_commit(), torch.cuda.get_device_name()
+    command = "python3 bench/chain_floor.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    streams = stream_cuda.Streams(stream_cuda.compile_streams(), dev.sm_count)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"chain_floor_{dev.key}_{commit}"
+    doc = {"card": card, "device": dev.key, "commit": commit, "command": command, "versions": collect(),
+           "shapes_asked": len(shapes), "shapes_done": 0, "rows": [], "summary": []}
+    t0 = time.monotonic()
+    for i, (m, n, k) in enumerate(shapes):
+        if a.time_limit and time.monotonic() - t0 > a.time_limit:
+            print(f"time limit: {i} of {len(shapes)} shapes measured", flush=True)
+            break
+        doc["rows"] += measure_shape(streams, m, n, k, modes, a.min_ms, a.server_calls)
+        doc["shapes_done"] = i + 1
+        if i % 25 == 24 or i == len(shapes) - 1:
+            doc["summary"] = summary(doc["rows"])
+            stem.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+            print(f"{i + 1}/{len(shapes)} shapes, {time.monotonic() - t0:.0f} s", flush=True)
+        torch.cuda.empty_cache()
+    doc["summary"] = summary(doc["rows"])
+    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+    md = markdown(doc)
+    stem.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

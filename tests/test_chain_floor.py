@@ -1,0 +1,70 @@
+"""bench/chain_floor.py on the CPU: which shapes it measures, the per-class summary it writes and
+its refusals (stream_cuda's chain kernels are checked on a card by tests/test_stream_cuda.py)."""
+import pytest
+
+from bench_import import load_bench
+
+
+def _module():
+    return load_bench("chain_floor")
+
+
+def test_shapes_are_the_grid_classes_then_the_files_each_once(tmp_path):
+    cf = _module()
+    from cudal2.problems import grid
+    from cudal2.stats import shape_class
+    skinny = [(p.M, p.N, p.K) for p in grid("nt") if shape_class(p.M, p.N, p.K) == "skinny"]
+    f = tmp_path / "decode.txt"
+    f.write_text("# two decode shapes and a skinny grid one again\n1x4096x4096:nt\n7x1000x64\n"
+                 f"{'x'.join(map(str, skinny[0]))}:nn\n")
+    got = cf.shapes_of(["skinny"], [str(f)])
+    assert got == skinny + [(1, 4096, 4096), (7, 1000, 64)]          # layout ignored, no repeat
+    assert len(cf.shapes_of(["small", "skinny"], [])) == 304 + 64
+    with pytest.raises(ValueError, match="--classes tiny"):
+        cf.shapes_of(["tiny"], [])
+
+
+def test_padded_rounds_to_16_bytes():
+    cf = _module()
+    assert [cf.padded(n) for n in (1, 8, 9, 4096 * 7)] == [8, 8, 16, 4096 * 7]
+
+
+def _rows():
+    # offline: two small shapes (torch.matmul 1.25x and 1.6x the chain), one skinny (1.1x); server: one
+    def r(m, n, k, mode, chain, torch, cfg):
+        return {"shape": f"{m}x{n}x{k}", "M": m, "N": n, "K": k, "mode": mode, "chain_us": chain,
+                "chain_config": cfg, "torch_us": torch, "torch_over_chain": round(torch / chain, 3)}
+    return [r(64, 64, 64, "offline", 4.0, 5.0, "chain x4 t128 fit"),
+            r(512, 256, 512, "offline", 5.0, 8.0, "chain x4 t128 fit"),
+            r(64, 2048, 4096, "offline", 10.0, 11.0, "chain x4 t512 4/SM"),
+            r(64, 64, 64, "server", 5.0, 6.0, "chain x4 t256 1/SM")]
+
+
+def test_summary_is_the_geomean_per_mode_and_class():
+    cf = _module()
+    s = {(x["mode"], x["class"]): x for x in cf.summary(_rows())}
+    assert s[("offline", "small")]["torch_over_chain"] == pytest.approx((1.25 * 1.6) ** 0.5, abs=1e-3)
+    assert s[("offline", "small")]["fastest"] == {"chain x4 t128 fit": 2}
+    assert s[("offline", "skinny")]["torch_over_chain"] == pytest.approx(1.1)
+    assert s[("offline", "all")]["shapes"] == 3 and s[("offline", "all")]["chain_median_us"] == 5.0
+    assert s[("server", "small")]["shapes"] == 1 and ("server", "skinny") not in s
+    doc = {"card": "NVIDIA H200", "commit": "abc1234", "command": "python3 bench/chain_floor.py --out x",
+           "shapes_asked": 5, "shapes_done": 3, "summary": cf.summary(_rows())}
+    md = cf.markdown(doc)
+    assert "3 of 5 shapes" in md and "| offline | small | 2 | 1.414 | 5.00 | chain x4 t128 fit 2 |" in md
+
+
+def test_refusals(tmp_path, capsys):
+    cf = _module()
+    with pytest.raises(SystemExit):
+        cf.main(["--out", str(tmp_path), "--modes", "offline,cold"])
+    assert "--modes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cf.main(["--out", str(tmp_path), "--classes", ""])
+    assert "no shapes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cf.main(["--out", str(tmp_path), "--shapes", str(tmp_path / "none.txt")])
+    import torch
+    if not torch.cuda.is_available():
+        assert cf.main(["--out", str(tmp_path), "--classes", "skinny"]) == 3
+        assert "no CUDA GPU" in capsys.readouterr().err
