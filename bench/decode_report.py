@@ -20,6 +20,8 @@ from pathlib import Path
 from cudal2.report import write_rows_csv
 
 ROOT = Path(__file__).resolve().parents[1]
+# compare modes a decode row may hold: offline and CUDA-graph replays (medians), server (a mean)
+MODES = ("offline", "graph", "server")
 DEFAULT_CONFIGS = ("bench/configs/llama-3-8b.json", "bench/configs/qwen2.5-7b.json")
 
 
@@ -30,7 +32,7 @@ def geo(xs) -> float:
 
 def dispatched_us(row: dict, mode: str) -> float | None:
     """cudal2's time as dispatched: its own column, else torch.matmul's (a cuBLAS entry running it)."""
-    key = "median_us" if mode == "offline" else "mean_us"
+    key = "mean_us" if mode == "server" else "median_us"
     t = row.get(f"{mode}_cudal2_{key}")
     return t if t is not None else row.get(f"{mode}_torch_{key}")
 
@@ -45,7 +47,7 @@ def decode_rows(compare: dict, problems) -> list[dict]:
             continue
         nbytes = 2 * (p.M * p.K + p.K * p.N + p.M * p.N)
         row = {"shape": p.shape, "M": p.M, "N": p.N, "K": p.K, "via": r.get("cudal2_via") or "torch"}
-        for mode, key in (("offline", "median_us"), ("server", "mean_us")):
+        for mode in MODES:
             t, b = dispatched_us(r, mode), r.get(f"{mode}_best_cublas_us")
             if not t or not b:
                 continue
@@ -58,30 +60,32 @@ def decode_rows(compare: dict, problems) -> list[dict]:
 
 
 def table(rows: list[dict], bw: float) -> str:
-    lines = [f"copy bandwidth (the compare run's, read + write): {bw / 1e12:.2f} TB/s", "",
-             "| M | shapes | offline vs best-cublas, geomean / worst | server, geomean / worst | "
-             "TB/s offline, cudal2 / cuBLAS (median) | of copy (median) |",
-             "| --- | --- | --- | --- | --- | --- |"]
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else float("nan")   # noqa: E731
+    modes = [m for m in MODES if any(f"{m}_vs_best" in r for r in rows)]
+
+    def gw(rs, mode):
+        xs = [r[f"{mode}_vs_best"] for r in rs if f"{mode}_vs_best" in r]
+        return f"{geo(xs):.3f} / {min(xs):.3f}" if xs else "-"
+    lines = [f"copy bandwidth (the compare run's, read + write): {bw / 1e12:.2f} TB/s", "",
+             "| M | shapes | " + " | ".join(f"{m} vs best-cublas, geomean / worst" for m in modes)
+             + " | TB/s offline, cudal2 / cuBLAS (median) | of copy (median) |",
+             "| --- | --- | " + " | ".join("---" for _ in modes) + " | --- | --- |"]
     for m in sorted({r["M"] for r in rows}):
         rs = [r for r in rows if r["M"] == m and "offline_vs_best" in r]
-        lines.append(f"| {m} | {len(rs)} | {geo(r['offline_vs_best'] for r in rs):.3f} / "
-                     f"{min(r['offline_vs_best'] for r in rs):.3f} | "
-                     f"{geo(r.get('server_vs_best') for r in rs):.3f} / "
-                     f"{min((r['server_vs_best'] for r in rs if 'server_vs_best' in r), default=float('nan')):.3f} | "
-                     f"{med([r['offline_tbs'] for r in rs]):.2f} / {med([r['offline_cublas_tbs'] for r in rs]):.2f} | "
+        lines.append(f"| {m} | {len(rs)} | " + " | ".join(gw(rs, mode) for mode in modes)
+                     + f" | {med([r['offline_tbs'] for r in rs]):.2f} / {med([r['offline_cublas_tbs'] for r in rs]):.2f} | "
                      f"{med([r['offline_of_copy'] for r in rs]):.2f} |")
     rs = [r for r in rows if "offline_vs_best" in r]
-    lines.append(f"| all | {len(rs)} | {geo(r['offline_vs_best'] for r in rs):.3f} / "
-                 f"{min(r['offline_vs_best'] for r in rs):.3f} | {geo(r.get('server_vs_best') for r in rs):.3f} / "
-                 f"{min((r['server_vs_best'] for r in rs if 'server_vs_best' in r), default=float('nan')):.3f} | | |")
-    lines += ["", "Per shape (offline): cudal2 as dispatched, TB/s and the fraction of the copy's.", "",
-              "| shape | dispatched to | vs best-cublas | TB/s (cuBLAS) | of copy | server vs best | server TB/s (cuBLAS) |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines.append(f"| all | {len(rs)} | " + " | ".join(gw(rs, mode) for mode in modes) + " | | |")
+    lines += ["", "Per shape: cudal2 as dispatched, TB/s and the fraction of the copy's (offline).", "",
+              "| shape | dispatched to | " + " | ".join(f"{m} vs best" for m in modes)
+              + " | TB/s offline (cuBLAS) | of copy | server TB/s (cuBLAS) |",
+              "| --- | --- | " + " | ".join("---" for _ in modes) + " | --- | --- | --- |"]
     for r in rows:
-        lines.append(f"| {r['shape']} | {r['via']} | {r.get('offline_vs_best', float('nan')):.3f} | "
-                     f"{r.get('offline_tbs', float('nan')):.2f} ({r.get('offline_cublas_tbs', float('nan')):.2f}) | "
-                     f"{r.get('offline_of_copy', float('nan')):.2f} | {r.get('server_vs_best', float('nan')):.3f} | "
+        lines.append(f"| {r['shape']} | {r['via']} | "
+                     + " | ".join(f"{r.get(f'{mode}_vs_best', float('nan')):.3f}" for mode in modes)
+                     + f" | {r.get('offline_tbs', float('nan')):.2f} ({r.get('offline_cublas_tbs', float('nan')):.2f}) | "
+                     f"{r.get('offline_of_copy', float('nan')):.2f} | "
                      f"{r.get('server_tbs', float('nan')):.2f} ({r.get('server_cublas_tbs', float('nan')):.2f}) |")
     return "\n".join(lines)
 
@@ -94,7 +98,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="folder for decode_set.md / .csv (default: beside COMPARE)")
     args = ap.parse_args(argv)
     from cudal2.problems import problems_from_hf_config
-    compare = json.loads(Path(args.compare).read_text())
+    from cudal2.report import read_json
+    try:
+        compare = read_json(args.compare)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     tokens = [int(t) for t in args.tokens.split(",") if t]
     problems, seen = [], set()
     for cfg in [c for c in args.configs.split(",") if c]:

@@ -30,7 +30,7 @@ def test_decode_table(tmp_path):
             _row(16, 4096, 4096, None, 12.0, 11.0, (None, 20.0, 18.0)),     # dispatched to torch
             _row(512, 4096, 4096, 50.0, 51.0, 50.0)]                        # not a decode shape
     cmp_path = tmp_path / "cmp.json"
-    cmp_path.write_text(json.dumps({"peak": {"bw": bw}, "rows": rows}))
+    cmp_path.write_text(json.dumps({"schema": "cudal2.compare/1", "peak": {"bw": bw}, "rows": rows}))
     assert mod.main([str(cmp_path), "--configs", "bench/configs/llama-3-8b.json", "--tokens", "1,16",
                      "--out", str(tmp_path)]) == 0
     import csv
@@ -50,6 +50,23 @@ def test_decode_table(tmp_path):
 
 def test_no_decode_shapes_is_an_error(tmp_path, capsys):
     cmp_path = tmp_path / "cmp.json"
-    cmp_path.write_text(json.dumps({"peak": {"bw": 4e12}, "rows": [_row(512, 64, 64, 5.0, 5.0, 5.0)]}))
+    cmp_path.write_text(json.dumps({"schema": "cudal2.compare/1", "peak": {"bw": 4e12}, "rows": [_row(512, 64, 64, 5.0, 5.0, 5.0)]}))
     assert _mod().main([str(cmp_path), "--out", str(tmp_path)]) == 2
     assert "none of the" in capsys.readouterr().err
+
+
+def test_graph_column_and_gzipped_compares(tmp_path, capsys):
+    """A compare with CUDA-graph replays gets their column; a gzipped compare (as committed) reads;
+    a file that is not a compare is a one-line error."""
+    import gzip
+    mod = _mod()
+    r = _row(1, 4096, 4096, 10.0, 12.5, 12.0, (20.0, 19.0, 19.0))
+    r.update({"graph_cudal2_median_us": 8.0, "graph_torch_median_us": 10.5, "graph_best_cublas_us": 10.0})
+    doc = {"schema": "cudal2.compare/1", "peak": {"bw": 4.0e12}, "rows": [r]}
+    (tmp_path / "cmp.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert mod.main([str(tmp_path / "cmp.json.gz"), "--tokens", "1", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "decode_set.md").read_text()
+    assert "graph vs best-cublas" in md and "| 1 | 1 | 1.200 / 1.200 | 1.250 / 1.250 | 0.950 / 0.950 |" in md
+    (tmp_path / "other.json").write_text(json.dumps({"rows": []}))
+    assert mod.main([str(tmp_path / "other.json"), "--out", str(tmp_path)]) == 2
+    assert "schema" in capsys.readouterr().err
