@@ -14,7 +14,8 @@ write C once and do 2MNK flops. Each has a time measured on the card (no GPU her
            put a floor above a time the card ran)
 
   chain    chain_floor.py (with --chain, where it measured the shape): reading A and B once, then
-           writing C, with every SM sharing the bytes: what the four above overlap, measured
+           writing C, with every SM sharing the bytes: what the four above overlap, measured; the
+           read and write floors are capped at it (its kernel moved those bytes in that time)
 
 The floor is the largest of them (they overlap; their sum would overstate it) and the ceiling
 t_best-cublas / floor. Between the measured sizes (8 MiB to 1 GiB) a time is interpolated linearly
@@ -104,7 +105,11 @@ class Card:
              "write": self._at(self.write, 2.0 * m * n),
              "compute": 2.0 * m * n * k / flops_per_s * 1e6}
         if (m, n, k) in self.chain:
+            # The chain kernel read A and B and wrote C in this time: a read or write floor above it
+            # came from a slower reader or writer (H100 run 70's Triton reader at the decode weights'
+            # sizes), so neither may exceed it.
             f["chain"] = self.chain[(m, n, k)]
+            f["read"], f["write"] = min(f["read"], f["chain"]), min(f["write"], f["chain"])
         return f
 
 
@@ -129,7 +134,7 @@ def shape_rows(doc: dict, card: Card, mode: str) -> list[dict]:
         if not best or r["shape"] not in ours:
             continue
         f = card.floors(r["M"], r["N"], r["K"], peak)
-        bind = max(f, key=f.get)
+        bind = max(sorted(f, key=lambda name: name != "chain"), key=f.get)    # a tie: the chain, measured
         out.append({"shape": r["shape"], "class": shape_class(r["M"], r["N"], r["K"]), "best_cublas_us": best,
                     "floors_us": {k: round(v, 3) for k, v in f.items()}, "binding": bind,
                     "ceiling": best / f[bind], "cudal2": ours[r["shape"]]})
@@ -179,7 +184,7 @@ def markdown(result: dict) -> str:
     lines = [f"# Per-class ceilings by the card's floors ({result['card']})", "",
              "    " + result["command"], "",
              f"Floors from `{result['ceiling']}`" + (f" and `{result['launch']}`" if result["launch"] else "")
-             + (f" and `{result['chain']}`" if result.get("chain") else "")
+             + "".join(f" and `{c}`" for c in result.get("chain") or [])
              + " (bench/class_ceiling.py says how). Ceiling = best-cublas / the largest floor, geomean per "
              "class; cudal2 as dispatched by the compare; share = log(x) / log(ceiling): how much of the "
              "possible gain a figure is (above 1: the target is past the ceiling).", ""]
@@ -219,7 +224,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ceiling", required=True, help="stream_ceiling.py's JSON (read / write rates, the empty kernel)")
     ap.add_argument("--launch", help="launch_cost.py's JSON (the empty kernel over 132 CTAs, the first loads)")
-    ap.add_argument("--chain", help="chain_floor.py's JSON (read A and B, then write C, per shape) of the same card")
+    ap.add_argument("--chain", action="append", default=[],
+                    help="chain_floor.py's JSON (read A and B, then write C, per shape) of the same card; repeatable "
+                         "(a run cut by its time limit and the run over the shapes it left)")
     ap.add_argument("--set", action="append", required=True, metavar="NAME=COMPARE",
                     help="a compare JSON (gzipped or not) of the same card; repeatable")
     ap.add_argument("--only", action="append", default=[], metavar="NAME=SHAPES",
@@ -244,7 +251,12 @@ def main(argv=None) -> int:
             raise SystemExit(f"error: --only / --set-target name {k!r} is not a --set ({', '.join(sorted(names))})")
     ceiling = load_json(a.ceiling)
     launch = load_json(a.launch) if a.launch else None
-    chain = load_json(a.chain) if a.chain else None
+    chain = None
+    for path in a.chain:                     # one card's runs: their rows together
+        doc = load_json(path)
+        if chain and doc.get("card") != chain.get("card"):
+            raise SystemExit(f"error: --chain {path} was run on {doc.get('card')}, {a.chain[0]} on {chain.get('card')}")
+        chain = {"card": doc.get("card"), "rows": (chain or {}).get("rows", []) + doc.get("rows", [])}
     card_key = ceiling.get("card") or "?"
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     if not modes or set(modes) - set(MODES):

@@ -149,12 +149,14 @@ def test_the_chain_floor_binds_where_measured(tmp_path):
     c = _module()
     chain = {"card": "NVIDIA H200", "rows": [
         {"M": 64, "N": 64, "K": 64, "mode": "offline", "chain_us": 4.5},        # over latency's 4.1
-        {"M": 64, "N": 2048, "K": 4096, "mode": "offline", "chain_us": 6.0},    # under the read's 5.5 + ...
+        {"M": 64, "N": 2048, "K": 4096, "mode": "offline", "chain_us": 6.0},    # under the read's 6.56
         {"M": 64, "N": 64, "K": 64, "mode": "server", "chain_us": 4.0}]}        # under server's 4.6
     rows = c.shape_rows(_doc([SMALL, SKINNY, LARGE]), c.Card(CEILING, LAUNCH, "offline", chain), "offline")
     by = {r["shape"]: r for r in rows}
     assert by["64x64x64"]["binding"] == "chain" and by["64x64x64"]["ceiling"] == pytest.approx(5.0 / 4.5)
-    assert by["64x2048x4096"]["binding"] == "read" and by["64x2048x4096"]["floors_us"]["chain"] == 6.0
+    # under the read floor of the slower reader: the chain moved A and B in 6.0, so the read floor is 6.0
+    assert by["64x2048x4096"]["binding"] == "chain" and by["64x2048x4096"]["floors_us"]["read"] == 6.0
+    assert by["64x2048x4096"]["ceiling"] == pytest.approx(10.0 / 6.0)
     assert "chain" not in by["4096x4096x4096"]["floors_us"]
     server = c.shape_rows(_doc([SMALL]), c.Card(CEILING, LAUNCH, "server", chain), "server")
     assert server[0]["binding"] == "latency"
@@ -164,3 +166,25 @@ def test_the_chain_floor_binds_where_measured(tmp_path):
     with pytest.raises(SystemExit, match="the floors on NVIDIA H100 80GB HBM3, NVIDIA H200"):
         c.main(["--ceiling", str(tmp_path / "ceil.json"), "--chain", str(tmp_path / "chain.json"),
                 "--set", f"g={tmp_path / 'cmp.json'}", "--out", str(tmp_path / "out")])
+
+
+def test_chain_files_of_one_card_add_up(tmp_path):
+    """Two chain_floor.py runs (one cut by its time limit, one over the shapes it left): both files'
+    rows are floors; runs of two cards are refused."""
+    c = _module()
+    (tmp_path / "ceil.json").write_text(json.dumps(CEILING))
+    (tmp_path / "cmp.json").write_text(json.dumps(_doc([SMALL, SKINNY])))
+    one = {"card": "NVIDIA H200", "rows": [{"M": 64, "N": 64, "K": 64, "mode": "offline", "chain_us": 4.5}]}
+    two = {"card": "NVIDIA H200", "rows": [{"M": 64, "N": 2048, "K": 4096, "mode": "offline", "chain_us": 9.0}]}
+    (tmp_path / "one.json").write_text(json.dumps(one))
+    (tmp_path / "two.json").write_text(json.dumps(two))
+    out = tmp_path / "out"
+    args = ["--ceiling", str(tmp_path / "ceil.json"), "--chain", str(tmp_path / "one.json"), "--chain",
+            str(tmp_path / "two.json"), "--set", f"g={tmp_path / 'cmp.json'}", "--modes", "offline", "--out", str(out)]
+    assert c.main(args) == 0
+    res = json.loads(gzip.decompress((out / "class_ceiling.json.gz").read_bytes()))
+    assert {r["shape"]: r["binding"] for r in res["shapes"]["g:offline"]} == {"64x64x64": "chain", "64x2048x4096": "chain"}
+    assert "one.json` and `" in (out / "class_ceiling.md").read_text()
+    (tmp_path / "two.json").write_text(json.dumps({**two, "card": "NVIDIA H100 80GB HBM3"}))
+    with pytest.raises(SystemExit, match="was run on NVIDIA H100 80GB HBM3"):
+        c.main(args)
