@@ -208,6 +208,7 @@ CHAINS = {
     "chain x8 t256 1/SM": ("k_chain8", 256, 1, 0, 0),
     "chain x4 t512 4/SM": ("k_chain4", 512, 4, 0, 0),
 }
+CHAIN_UNROLL = {"k_chain4": 4, "k_chain8": 8}      # loads in flight per thread (the template's U)
 SEED = 0x9E3779B9
 
 
@@ -287,8 +288,7 @@ class Streams:
         _k, threads, per_sm, _c, _s = _config(name)
         if per_sm:
             return self.sms * per_sm
-        unroll = 8 if _k.endswith("8") else 4
-        return max(1, min(4 * self.sms, -(-n16 // (threads * unroll))))
+        return max(1, min(4 * self.sms, -(-n16 // (threads * CHAIN_UNROLL[_k]))))
 
     def chain_fn(self, name: str, inp, c, out):
         """A launch of chain `name`: read `inp`, then write the pattern into `c` (both contiguous
