@@ -57,7 +57,36 @@ def padded(elements: int) -> int:
     return -(-elements // 8) * 8
 
 
-def measure_shape(streams, m: int, n: int, k: int, modes, min_ms: float, server_calls: int) -> list[dict]:
+def panel_fns(panels, a, b, m: int, n: int, k: int) -> tuple[dict, tuple]:
+    """Every tiled-chain config of (m, n, k) (panel_cuda.configs), each checked once, as launches, and
+    the buffers they write (the caller holds them while it launches: the launches keep only
+    their addresses)."""
+    import numpy as np
+    import torch
+
+    import panel_cuda
+    cfgs = panel_cuda.configs(m, n, k, panels.sms)
+    if not cfgs:                        # N or K off the 16-byte rule: no tiled chain for this shape
+        return {}, ()
+    grids = [-(-m // bm) * -(-n // bn) * s for bm, bn, s in cfgs]
+    out = torch.empty(max(grids), device="cuda", dtype=torch.int32)
+    ws = torch.empty(max([g * bm * bn for g, (bm, bn, s) in zip(grids, cfgs) if s > 1], default=4),
+                     device="cuda", dtype=torch.float32)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    words = (a.cpu().numpy().view(np.uint32), b.cpu().numpy().view(np.uint32))
+    fns = {}
+    for bm, bn, s in cfgs:
+        name = f"panel {bm}x{bn} /{s}"
+        if not panels.check_fn(a, b, c, ws, out, bm, bn, s, words):
+            raise SystemExit(f"{name}: wrong XOR or unwritten words at {m}x{n}x{k}")
+        fns[name] = panels.fn(a, b, c, ws, out, bm, bn, s)
+    return fns, (c, ws, out)
+
+
+def measure_shape(streams, m: int, n: int, k: int, modes, min_ms: float, server_calls: int,
+                  panels=None) -> list[dict]:
+    """Rows (one a mode) for one shape: the fastest chain, torch.matmul, and with `panels` the fastest
+    tiled chain (all its configs offline; in server mode the offline run's 3 fastest)."""
     import torch
 
     import stream_cuda
@@ -74,20 +103,44 @@ def measure_shape(streams, m: int, n: int, k: int, modes, min_ms: float, server_
             raise SystemExit(f"chain {name}: wrong XOR or unwritten words at {m}x{n}x{k}")
         fns[name] = streams.chain_fn(name, inp, c, out)
     fns["torch"] = lambda: torch.matmul(a, b.t(), out=cm)
+    pfns, held = panel_fns(panels, a, b, m, n, k) if panels is not None else ({}, ())   # noqa: F841 (held: kept alive)
     rows = []
     for mode in modes:
-        st = (timing.offline(fns, min_calls=30, min_ms=min_ms) if mode == "offline"
-              else timing.server(fns, calls=server_calls))
+        if mode == "offline":
+            st = timing.offline({**fns, **pfns}, min_calls=30, min_ms=min_ms)
+        else:
+            fastest = sorted(pfns, key=lambda p: rows[0]["panel_configs_us"].get(p, 1e9))[:3] if rows else list(pfns)
+            st = timing.server({**fns, **{p: pfns[p] for p in fastest}}, calls=server_calls)
         key = "median_us" if mode == "offline" else "mean_us"
         t = {name: getattr(s, key) for name, s in st.items()}
         chains = {name: v for name, v in t.items() if name in stream_cuda.CHAINS}
         best = min(chains, key=chains.get)
-        rows.append({"shape": f"{m}x{n}x{k}", "M": m, "N": n, "K": k, "mode": mode,
-                     "chain_us": round(chains[best], 3), "chain_config": best, "torch_us": round(t["torch"], 3),
-                     "torch_over_chain": round(t["torch"] / chains[best], 3),
-                     "configs_us": {name: round(v, 3) for name, v in chains.items()},
-                     "in_bytes": 2 * (m * k + n * k), "out_bytes": 2 * m * n})
+        row = {"shape": f"{m}x{n}x{k}", "M": m, "N": n, "K": k, "mode": mode,
+               "chain_us": round(chains[best], 3), "chain_config": best, "torch_us": round(t["torch"], 3),
+               "torch_over_chain": round(t["torch"] / chains[best], 3),
+               "configs_us": {name: round(v, 3) for name, v in chains.items()},
+               "in_bytes": 2 * (m * k + n * k), "out_bytes": 2 * m * n}
+        tiled = {name: v for name, v in t.items() if name in pfns}
+        if tiled:
+            pbest = min(tiled, key=tiled.get)
+            row.update({"panel_us": round(tiled[pbest], 3), "panel_config": pbest,
+                        "torch_over_panel": round(t["torch"] / tiled[pbest], 3),
+                        "panel_configs_us": {p: round(v, 3) for p, v in sorted(tiled.items(), key=lambda x: x[1])}})
+        rows.append(row)
     return rows
+
+
+def kept_rows(earlier: dict, device: str, shapes, modes, panels: bool) -> list[dict]:
+    """An earlier run's rows to keep: those of the shapes asked for, measured in every mode asked for
+    (and with the tiled chain where `panels`); ValueError if it ran on another card."""
+    if earlier.get("device") != device:
+        raise ValueError(f"measured on {earlier.get('device')}, this card is {device}")
+    asked = set(shapes)
+    by: dict = {}
+    for r in earlier.get("rows", []):
+        if (r["M"], r["N"], r["K"]) in asked and r["mode"] in modes and (not panels or "panel_us" in r):
+            by.setdefault((r["M"], r["N"], r["K"]), {})[r["mode"]] = r
+    return [r for s in shapes if len(by.get(s, {})) == len(modes) for r in by[s].values()]
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -102,8 +155,10 @@ def summary(rows: list[dict]) -> list[dict]:
         for cls in sorted({shape_class(r["M"], r["N"], r["K"]) for r in rs}) + ["all"]:
             cs = [r for r in rs if cls in ("all", shape_class(r["M"], r["N"], r["K"]))]
             ts = sorted(r["chain_us"] for r in cs)
+            tiled = [r["torch_over_panel"] for r in cs if "torch_over_panel" in r]
             out.append({"mode": mode, "class": cls, "shapes": len(cs),
                         "torch_over_chain": round(geomean(r["torch_over_chain"] for r in cs), 3),
+                        "torch_over_panel": round(geomean(tiled), 3) if tiled else None,
                         "chain_median_us": ts[len(ts) // 2],
                         "fastest": dict(Counter(r["chain_config"] for r in cs).most_common(3))})
     return out
@@ -114,10 +169,11 @@ def markdown(doc: dict) -> str:
              "Per shape the fastest chain (read A and B once, then write C; bench/chain_floor.py) beside "
              "torch.matmul (nt) in the same run; torch / chain is torch.matmul's headroom by this floor "
              f"(geomean per class, shared/classes.py). {doc['shapes_done']} of {doc['shapes_asked']} shapes.", "",
-             "| mode | class | shapes | torch.matmul / chain | chain median µs | fastest configs |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "| mode | class | shapes | torch.matmul / chain | torch.matmul / tiled chain | chain median µs | fastest configs |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for s in doc["summary"]:
-        lines.append(f"| {s['mode']} | {s['class']} | {s['shapes']} | {s['torch_over_chain']:.3f} | "
+        tiled = "-" if s.get("torch_over_panel") is None else f"{s['torch_over_panel']:.3f}"
+        lines.append(f"| {s['mode']} | {s['class']} | {s['shapes']} | {s['torch_over_chain']:.3f} | {tiled} | "
                      f"{s['chain_median_us']:.2f} | " + ", ".join(f"{k} {v}" for k, v in s["fastest"].items()) + " |")
     return "\n".join(lines) + "\n"
 
@@ -131,6 +187,12 @@ def main(argv=None) -> int:
     ap.add_argument("--min-ms", type=float, default=5.0, help="offline: at least this much GPU time per function")
     ap.add_argument("--server-calls", type=int, default=20)
     ap.add_argument("--time-limit", type=float, default=0.0, help="seconds; stop before a shape past it (0: none)")
+    ap.add_argument("--panels", action="store_true",
+                    help="also the tiled chain (bench/panel_cuda.py: each CTA reads its tile's whole A and B panels), "
+                         "every tile and split, checked; offline all of them, server the 3 fastest")
+    ap.add_argument("--resume", metavar="JSON",
+                    help="an earlier run's JSON on this card: its shapes' rows are kept and not measured again "
+                         "(with --panels, only rows that have the tiled chain)")
     a = ap.parse_args(argv)
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     if not modes or set(modes) - set(MODES):
@@ -141,6 +203,10 @@ def main(argv=None) -> int:
         ap.error(str(e))
     if not shapes:
         ap.error("no shapes: give --classes or --shapes")
+    try:
+        earlier = json.loads(Path(a.resume).read_text()) if a.resume else None
+    except (OSError, ValueError) as e:
+        ap.error(f"--resume {a.resume}: {e}")
     import torch
     if not torch.cuda.is_available():
         print("error: no CUDA GPU: chain_floor measures the card", file=sys.stderr)
@@ -152,22 +218,35 @@ def main(argv=None) -> int:
     commit, card = source_commit(), torch.cuda.get_device_name()
     command = "python3 bench/chain_floor.py " + " ".join(argv if argv is not None else sys.argv[1:])
     streams = stream_cuda.Streams(stream_cuda.compile_streams(), dev.sm_count)
+    panels = None
+    if a.panels:
+        import panel_cuda
+        panels = panel_cuda.Panels(dev.sm_count)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"chain_floor_{dev.key}_{commit}"
     doc = {"card": card, "device": dev.key, "commit": commit, "command": command, "versions": collect(),
            "shapes_asked": len(shapes), "shapes_done": 0, "rows": [], "summary": []}
+    if earlier is not None:
+        try:
+            doc["rows"] = kept_rows(earlier, dev.key, shapes, modes, a.panels)
+        except ValueError as e:
+            print(f"error: --resume {a.resume}: {e}", file=sys.stderr)
+            return 2
+    done = {(r["M"], r["N"], r["K"]) for r in doc["rows"]}
+    todo = [s for s in shapes if s not in done]
+    doc["shapes_done"] = len(done)
     t0 = time.monotonic()
-    for i, (m, n, k) in enumerate(shapes):
+    for i, (m, n, k) in enumerate(todo):
         if a.time_limit and time.monotonic() - t0 > a.time_limit:
-            print(f"time limit: {i} of {len(shapes)} shapes measured", flush=True)
+            print(f"time limit: {i} of {len(todo)} shapes measured", flush=True)
             break
-        doc["rows"] += measure_shape(streams, m, n, k, modes, a.min_ms, a.server_calls)
-        doc["shapes_done"] = i + 1
-        if i % 25 == 24 or i == len(shapes) - 1:
+        doc["rows"] += measure_shape(streams, m, n, k, modes, a.min_ms, a.server_calls, panels)
+        doc["shapes_done"] += 1
+        if i % 25 == 24 or i == len(todo) - 1:
             doc["summary"] = summary(doc["rows"])
             stem.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
-            print(f"{i + 1}/{len(shapes)} shapes, {time.monotonic() - t0:.0f} s", flush=True)
+            print(f"{doc['shapes_done']}/{len(shapes)} shapes, {time.monotonic() - t0:.0f} s", flush=True)
         torch.cuda.empty_cache()
     doc["summary"] = summary(doc["rows"])
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")

@@ -16,6 +16,10 @@ write C once and do 2MNK flops. Each has a time measured on the card (no GPU her
   chain    chain_floor.py (with --chain, where it measured the shape): reading A and B once, then
            writing C, with every SM sharing the bytes: what the four above overlap, measured; the
            read and write floors are capped at it (its kernel moved those bytes in that time)
+  tiled    with --tiled, chain_floor.py --panels's tiled chain where it measured the shape: each CTA
+           reads its tile's whole A and B panels, then writes its tile (the fastest tile and split):
+           a floor for kernels that do not share operand tiles between CTAs (a multicast cluster
+           halves one operand's L2 reads), so it is off unless asked for
 
 The floor is the largest of them (they overlap; their sum would overstate it) and the ceiling
 t_best-cublas / floor. Between the measured sizes (8 MiB to 1 GiB) a time is interpolated linearly
@@ -59,14 +63,15 @@ from cudal2.stats import SHAPE_CLASSES, geomean, shape_class  # noqa: E402
 
 # The issues' targets per class over the grid: issue 20 (small, skinny) and issue 19 (the rest).
 TARGETS = {"small": 1.20, "skinny": 1.25, "starved": 1.20, "shortK": 1.20, "mid": 1.05, "large": 1.00}
-FLOORS = ("latency", "read", "write", "compute", "chain")
+FLOORS = ("latency", "read", "write", "compute", "chain", "tiled")
 LOAD_CASES = ("load: ld.global", "load: cp.async", "load: TMA", "load: TMA + prefetch")
 
 
 class Card:
     """The card's measured floors for one clock mode (offline or server)."""
 
-    def __init__(self, ceiling: dict, launch: dict | None, mode: str, chain: dict | None = None):
+    def __init__(self, ceiling: dict, launch: dict | None, mode: str, chain: dict | None = None,
+                 tiled: bool = False):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
         rows = [r for r in ceiling.get("rows", []) if r.get("mode") == mode]
@@ -90,6 +95,9 @@ class Card:
         # (M, N, K) -> the chain's µs in this mode, where chain_floor.py measured the shape
         self.chain = {(r["M"], r["N"], r["K"]): float(r["chain_us"]) for r in (chain or {}).get("rows", [])
                       if r.get("mode") == mode}
+        # ... and its tiled chain's, where it measured one and the caller counts it (--tiled)
+        self.tiled = {(r["M"], r["N"], r["K"]): float(r["panel_us"]) for r in (chain or {}).get("rows", [])
+                      if tiled and r.get("mode") == mode and r.get("panel_us")}
 
     @staticmethod
     def _at(points: list[tuple[int, float]], nbytes: float) -> float:
@@ -110,6 +118,8 @@ class Card:
             # sizes), so neither may exceed it.
             f["chain"] = self.chain[(m, n, k)]
             f["read"], f["write"] = min(f["read"], f["chain"]), min(f["write"], f["chain"])
+        if (m, n, k) in self.tiled:
+            f["tiled"] = self.tiled[(m, n, k)]
         return f
 
 
@@ -227,6 +237,9 @@ def main(argv=None) -> int:
     ap.add_argument("--chain", action="append", default=[],
                     help="chain_floor.py's JSON (read A and B, then write C, per shape) of the same card; repeatable "
                          "(a run cut by its time limit and the run over the shapes it left)")
+    ap.add_argument("--tiled", action="store_true",
+                    help="count the --chain files' tiled chain (chain_floor.py --panels) as a floor: a floor only "
+                         "for kernels that do not share operand tiles between CTAs")
     ap.add_argument("--set", action="append", required=True, metavar="NAME=COMPARE",
                     help="a compare JSON (gzipped or not) of the same card; repeatable")
     ap.add_argument("--only", action="append", default=[], metavar="NAME=SHAPES",
@@ -283,7 +296,7 @@ def main(argv=None) -> int:
         s = {"compare": path, "card": v.get("card"), "commit": v.get("commit"), "modes": {},
              "only": only.get(name), "missing": missing if name in only else None}
         for mode in modes:
-            card = Card(ceiling, launch, mode, chain)
+            card = Card(ceiling, launch, mode, chain, a.tiled)
             rows = shape_rows(doc, card, mode)
             s["modes"][mode] = class_table(rows, targets, set_targets.get(name))
             result["latency"][mode] = {"empty_us": card.empty, "first_load": card.load_case,

@@ -321,13 +321,19 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         --resume --time-limit $((dsecs - 20)) 2>&1 | tail -12
       gzip -c "$djson" >"$OUT/decode_set_nt.json.gz" ;;
     chain|chain:*)
-      # chain[:SECONDS] (default 200): bench/chain_floor.py over the small and skinny grid shapes and
-      # the decode set, offline and server: per shape the time of reading A and B once and then
-      # writing C (checked), beside torch.matmul in the same run: a floor tighter than each of
-      # class_ceiling.py's four alone (`class_ceiling.py --chain`), ~0.5 s a shape.
+      # chain[:SECONDS] (default 200): bench/chain_floor.py --panels over the small and skinny grid
+      # shapes and the decode set, offline and server: per shape the time of reading A and B once and
+      # then writing C, and of the tiled chain (each CTA its tile's whole panels; every tile and
+      # split), all checked, beside torch.matmul in the same run (`class_ceiling.py --chain [--tiled]`);
+      # ~1 s a shape without the tiled chain (H100 runs 168 / 170). Resumable: the JSON is kept in
+      # run/chain_floor.json (carry it back as .runpack/chain_floor.json) and a later call goes on.
       csecs=200; [ "$stage" != chain ] && csecs=${stage#chain:}
-      timeout $((csecs + 40)) python3 bench/chain_floor.py --out "$OUT" --classes small,skinny \
-        --shapes bench/decode_set.txt --time-limit "$csecs" 2>&1 | tail -14 ;;
+      mkdir -p run && cres=run/chain_floor.json && cargs=()
+      [ -f .runpack/chain_floor.json ] && [ ! -f $cres ] && cp .runpack/chain_floor.json run/
+      [ -f $cres ] && cargs=(--resume $cres)
+      timeout $((csecs + 40)) python3 bench/chain_floor.py --out "$OUT" --classes small,skinny --panels \
+        --shapes bench/decode_set.txt --time-limit "$csecs" "${cargs[@]}" 2>&1 | tail -14
+      for f in "$OUT"/chain_floor_*.json; do [ -f "$f" ] && cp "$f" $cres; done ;;
     next|next:*)
       # next[:SECONDS] (default 560): the first call of the next card session, by card, time-boxed
       # (rewritten 2026-12-07 when issue 19 closed: issues 20 and 22 only).

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import ctypes
 
-SOURCE = r'''
+# What every probe kernel shares (bench/panel_cuda.py's too): the types, the CTA's XOR of what it read
+# into out[blockIdx.x], and the pattern writers store.
+COMMON = r'''
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
@@ -50,6 +52,13 @@ __device__ __forceinline__ void block_xor(u32 x, u32* out) {
     }
 }
 
+__device__ __forceinline__ u32 pattern(u64 w, u32 seed) { return (u32)(w * 2654435761ull) ^ seed; }
+__device__ __forceinline__ uint4 pattern4(u64 w, u32 seed) {
+    return make_uint4(pattern(w, seed), pattern(w + 1, seed), pattern(w + 2, seed), pattern(w + 3, seed));
+}
+'''
+
+SOURCE = COMMON + r'''
 #define MAX_STAGES 16
 
 // nbytes: a multiple of chunk; chunk: a multiple of 16 x blockDim.x, at most 64 KB; stages <= 16.
@@ -114,11 +123,7 @@ __device__ __forceinline__ void ldg(const uint4* __restrict__ g, u64 n16, u32* o
 extern "C" __global__ void k_ldg4(const uint4* g, u64 n16, u32* out) { ldg<4>(g, n16, out); }
 extern "C" __global__ void k_ldg8(const uint4* g, u64 n16, u32* out) { ldg<8>(g, n16, out); }
 
-// ---- writers: word w of the buffer gets pattern(w), so the host can check without a copy
-__device__ __forceinline__ u32 pattern(u64 w, u32 seed) { return (u32)(w * 2654435761ull) ^ seed; }
-__device__ __forceinline__ uint4 pattern4(u64 w, u32 seed) {
-    return make_uint4(pattern(w, seed), pattern(w + 1, seed), pattern(w + 2, seed), pattern(w + 3, seed));
-}
+// ---- writers: word w of the buffer gets pattern(w) (COMMON), so the host can check without a copy
 
 template <int U>
 __device__ __forceinline__ void stg(uint4* g, u64 n16, u32 seed) {
@@ -281,7 +286,6 @@ class Streams:
             self.funcs[kernel] = check(self.d.cuModuleGetFunction(self.module, kernel.encode()), kernel)
             if smem > 48 << 10:
                 check(self.d.cuFuncSetAttribute(self.funcs[kernel], attr, smem), f"{kernel}: {smem} B smem")
-        self._keep = []
 
     def grid(self, name: str, n16: int = 0) -> int:
         """CTAs of `name`'s launch (a chain's "fit" config: by the 16-byte words it reads, n16)."""
@@ -293,7 +297,6 @@ class Streams:
     def chain_fn(self, name: str, inp, c, out):
         """A launch of chain `name`: read `inp`, then write the pattern into `c` (both contiguous
         CUDA tensors of a multiple of 16 bytes), each CTA's XOR into out[:grid]."""
-        import torch
         kernel, threads, *_rest = _config(name)
         nin, nc = inp.numel() * inp.element_size(), c.numel() * c.element_size()
         if nin % 16 or nc % 16:
@@ -303,14 +306,7 @@ class Streams:
             raise ValueError(f"{name} needs an out of at least {grid} words (one per CTA)")
         u64, u32 = ctypes.c_uint64, ctypes.c_uint32
         slots = [u64(inp.data_ptr()), u64(nin // 16), u64(c.data_ptr()), u64(nc // 16), u32(SEED), u64(out.data_ptr())]
-        args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
-        self._keep.append((slots, args))
-        func, d, argp = self.funcs[kernel], self.d, ctypes.addressof(args)
-
-        def launch():
-            return d.cuLaunchKernel(func, grid, 1, 1, threads, 1, 1, 0, torch.cuda.current_stream().cuda_stream, argp, 0)
-        launch.grid = grid
-        return launch
+        return bound_launch(self.d, self.funcs[kernel], grid, threads, 0, slots)
 
     def check_chain(self, name: str, inp, c, out, want: int) -> bool:
         """One checked launch of chain `name`: its CTAs' outputs XOR to `inp`'s words (`want`) and
@@ -329,7 +325,6 @@ class Streams:
         """A launch of reader `name` reading `buf` (a contiguous CUDA tensor) into out[:grid], or of
         writer `name` writing the pattern into `buf`: no status check on the hot path (check_read /
         check_write launch it once, checked, before any timing)."""
-        import torch
         kernel, threads, _p, chunk, stages = _config(name)
         nbytes = buf.numel() * buf.element_size()
         why = config_error(name, nbytes)
@@ -344,14 +339,7 @@ class Streams:
                 raise ValueError(f"{name} needs an out of at least {self.grid(name)} words (one per CTA)")
             slots = ([u64(buf.data_ptr()), u64(nbytes), u32(chunk), u32(stages), u64(out.data_ptr())]
                      if kernel == "k_bulk" else [u64(buf.data_ptr()), u64(nbytes // 16), u64(out.data_ptr())])
-        args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
-        self._keep.append((slots, args))
-        func, grid, smem, d, argp = self.funcs[kernel], self.grid(name), smem_bytes(name), self.d, ctypes.addressof(args)
-
-        def launch():
-            return d.cuLaunchKernel(func, grid, 1, 1, threads, 1, 1, smem,
-                                    torch.cuda.current_stream().cuda_stream, argp, 0)
-        return launch
+        return bound_launch(self.d, self.funcs[kernel], self.grid(name), threads, smem_bytes(name), slots)
 
     def check_read(self, name: str, buf, out, want: int) -> bool:
         """One checked launch of `name`: do its CTAs' outputs XOR to the buffer's words (`want`)?"""
@@ -371,6 +359,21 @@ class Streams:
         self.check(self.fn(name, buf)(), f"cuLaunchKernel({name})")
         torch.cuda.synchronize()
         return holds_pattern(buf)
+
+
+def bound_launch(d, func, grid: int, threads: int, smem: int, slots: list):
+    """launch() of `func` over `grid` CTAs of `threads` with the argument `slots` (ctypes values), on
+    torch's current stream at each call, returning the driver's status; launch.grid is the grid. The
+    launch holds its slots and their pointer array (launch.keep: the driver reads them by address),
+    not the buffers they point at. No check on the hot path: callers check a first launch."""
+    import torch
+    args = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
+    argp = ctypes.addressof(args)
+
+    def launch():
+        return d.cuLaunchKernel(func, grid, 1, 1, threads, 1, 1, smem, torch.cuda.current_stream().cuda_stream, argp, 0)
+    launch.grid, launch.keep = grid, (slots, args)
+    return launch
 
 
 def holds_pattern(buf) -> bool:

@@ -51,7 +51,14 @@ def test_summary_is_the_geomean_per_mode_and_class():
     doc = {"card": "NVIDIA H200", "commit": "abc1234", "command": "python3 bench/chain_floor.py --out x",
            "shapes_asked": 5, "shapes_done": 3, "summary": cf.summary(_rows())}
     md = cf.markdown(doc)
-    assert "3 of 5 shapes" in md and "| offline | small | 2 | 1.414 | 5.00 | chain x4 t128 fit 2 |" in md
+    assert "3 of 5 shapes" in md and "| offline | small | 2 | 1.414 | - | 5.00 | chain x4 t128 fit 2 |" in md
+    # the tiled chain's column where the rows have one (--panels)
+    rows = _rows()
+    rows[0].update({"panel_us": 4.8, "torch_over_panel": 5.0 / 4.8})
+    rows[1].update({"panel_us": 6.0, "torch_over_panel": 8.0 / 6.0})
+    s = {(x["mode"], x["class"]): x for x in cf.summary(rows)}
+    assert s[("offline", "small")]["torch_over_panel"] == pytest.approx((5.0 / 4.8 * 8.0 / 6.0) ** 0.5, abs=1e-3)
+    assert s[("offline", "skinny")]["torch_over_panel"] is None
 
 
 def test_refusals(tmp_path, capsys):
@@ -64,7 +71,27 @@ def test_refusals(tmp_path, capsys):
     assert "no shapes" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cf.main(["--out", str(tmp_path), "--shapes", str(tmp_path / "none.txt")])
+    with pytest.raises(SystemExit):
+        cf.main(["--out", str(tmp_path), "--classes", "skinny", "--resume", str(tmp_path / "none.json")])
+    assert "--resume" in capsys.readouterr().err
     import torch
     if not torch.cuda.is_available():
         assert cf.main(["--out", str(tmp_path), "--classes", "skinny"]) == 3
         assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_resume_keeps_the_rows_of_shapes_measured_in_every_mode():
+    """--resume: an earlier run's rows of the shapes asked, where every mode asked has one (and the
+    tiled chain, with --panels); another card's file is refused."""
+    cf = _module()
+    rows = _rows()                                      # 64x64x64 in both modes, two others offline only
+    earlier = {"device": "h100-sm90", "rows": rows}
+    shapes = [(64, 64, 64), (512, 256, 512), (64, 2048, 4096)]
+    kept = cf.kept_rows(earlier, "h100-sm90", shapes, ["offline", "server"], panels=False)
+    assert sorted((r["shape"], r["mode"]) for r in kept) == [("64x64x64", "offline"), ("64x64x64", "server")]
+    assert len(cf.kept_rows(earlier, "h100-sm90", shapes, ["offline"], panels=False)) == 3
+    assert cf.kept_rows(earlier, "h100-sm90", shapes[1:], ["offline"], panels=True) == []
+    rows[1]["panel_us"] = 6.0
+    assert [r["shape"] for r in cf.kept_rows(earlier, "h100-sm90", shapes, ["offline"], panels=True)] == ["512x256x512"]
+    with pytest.raises(ValueError, match="measured on h100-sm90, this card is h200-sm90"):
+        cf.kept_rows(earlier, "h200-sm90", shapes, ["offline"], panels=False)

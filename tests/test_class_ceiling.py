@@ -188,3 +188,15 @@ def test_chain_files_of_one_card_add_up(tmp_path):
     (tmp_path / "two.json").write_text(json.dumps({**two, "card": "NVIDIA H100 80GB HBM3"}))
     with pytest.raises(SystemExit, match="was run on NVIDIA H100 80GB HBM3"):
         c.main(args)
+
+
+def test_the_tiled_chain_is_a_floor_only_when_asked():
+    """chain_floor.py --panels's tiled chain (panel_us): counted with --tiled (Card(tiled=True)),
+    where it binds above the chain; without it the shape keeps the chain."""
+    c = _module()
+    chain = {"card": "NVIDIA H200", "rows": [
+        {"M": 64, "N": 64, "K": 64, "mode": "offline", "chain_us": 4.5, "panel_us": 4.8}]}
+    plain = c.shape_rows(_doc([SMALL]), c.Card(CEILING, LAUNCH, "offline", chain), "offline")[0]
+    assert plain["binding"] == "chain" and "tiled" not in plain["floors_us"]
+    tiled = c.shape_rows(_doc([SMALL]), c.Card(CEILING, LAUNCH, "offline", chain, tiled=True), "offline")[0]
+    assert tiled["binding"] == "tiled" and tiled["ceiling"] == pytest.approx(5.0 / 4.8)

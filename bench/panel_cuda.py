@@ -1,0 +1,189 @@
+"""The tiled chain for bench/chain_floor.py --panels: what a GEMM kernel that gives each CTA one output
+tile and one K slice does at least, in order (issue 20: is the small-class target reachable by a tiled
+kernel?).
+
+The chain (stream_cuda.py's k_chain) shares the bytes of A and B evenly over the CTAs; a tiled kernel
+cannot: the CTA of tile (bm x bn) and K slice s reads its whole A panel (bm rows of its slice) and B
+panel (bn rows of the N x K operand, layout nt), so A is read once per tile column and B once per
+tile row. k_panel does exactly that and nothing else: 16-byte loads (U in flight per thread), XORed
+into out[blockIdx.x]; after block_xor's barrier (every load of the CTA has landed) it writes its tile
+with 16-byte stores: fp16 C (split 1) or an fp32 partial into a workspace slot (split > 1; the
+reduction a split-K kernel does after that is left out, so the floor stays below one). No MMA, no
+shared-memory staging. The fastest (bm, bn, split) per shape is a floor for kernels of that shape
+that do not share operand tiles between CTAs (a 2-CTA multicast cluster halves one operand's L2
+reads; each SM still takes in its whole panels).
+
+CTA b: slice b % split, tile b / split (tiles row-major, ceil(N / bn) a row); K and N multiples of 8
+(16-byte rows and stores), BN a multiple of 8. The host check (`expected_xors`, `check_writes`)
+mirrors that index math in numpy.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import stream_cuda  # noqa: E402  (bench/ is not a package)
+
+SOURCE = stream_cuda.COMMON + r'''
+#define U 4
+extern "C" __global__ void k_panel(const uint4* __restrict__ A, const uint4* __restrict__ B, uint4* C, uint4* ws,
+                                   u32 M, u32 N, u32 K, u32 bm, u32 bn, u32 split, u32 seed, u32* out) {
+    const u32 s = blockIdx.x % split, t = blockIdx.x / split, tiles_n = (N + bn - 1) / bn;
+    const u32 m0 = (t / tiles_n) * bm, n0 = (t % tiles_n) * bn;
+    const u32 ra = min(bm, M - m0), rb = min(bn, N - n0);
+    const u32 kw = K / 8, per = (kw + split - 1) / split;           // 16-byte words: a row, a slice
+    const u32 k0 = min(kw, s * per), w = min(kw, k0 + per) - k0;
+    const u32 na = ra * w, total = (ra + rb) * w, step = blockDim.x;
+    u32 x = 0;
+    u32 i = threadIdx.x;
+    for (; i + (U - 1) * step < total; i += U * step) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const u32 j = i + u * step, jj = j < na ? j : j - na;
+            const uint4* row = j < na ? A + (u64)(m0 + jj / w) * kw : B + (u64)(n0 + jj / w) * kw;
+            v[u] = __ldg(row + k0 + jj % w);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < total; i += step) {
+        const u32 jj = i < na ? i : i - na;
+        const uint4* row = i < na ? A + (u64)(m0 + jj / w) * kw : B + (u64)(n0 + jj / w) * kw;
+        const uint4 v = __ldg(row + k0 + jj % w);
+        x ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    block_xor(x, out);
+    if (split == 1) {                       // the fp16 tile: ra rows of rb / 8 16-byte words
+        const u32 cw = rb / 8;
+        for (u32 j = threadIdx.x; j < ra * cw; j += step) {
+            const u64 q = ((u64)(m0 + j / cw) * N + n0) / 8 + j % cw;
+            C[q] = pattern4(4 * q, seed);
+        }
+    } else {                                // the fp32 partial: ra x rb words at the CTA's slot
+        const u64 q0 = (u64)blockIdx.x * bm * bn / 4;
+        for (u32 j = threadIdx.x; j < ra * rb / 4; j += step) ws[q0 + j] = pattern4(4 * (q0 + j), seed);
+    }
+}
+'''
+THREADS = 128
+TILES = (16, 32, 64, 128)
+SPLITS = (1, 2, 4, 8, 16)
+
+
+def config_error(m: int, n: int, k: int, bm: int, bn: int, split: int, sms: int) -> str | None:
+    """Why tile (bm, bn) with `split` K slices does not make a tiled chain of (m, n, k), or None: the
+    16-byte rule, a slice of at least 64 k, at most 16 CTAs an SM (past that the launch alone costs)."""
+    if k % 8 or n % 8 or bn % 8:
+        return "K, N and BN must be multiples of 8 (16-byte rows and stores)"
+    if split > 1 and k // split < 64:
+        return f"split {split}: a slice under 64 of K={k}"
+    ctas = -(-m // bm) * -(-n // bn) * split
+    if ctas > 16 * sms:
+        return f"{ctas} CTAs: over 16 an SM"
+    return None
+
+
+def configs(m: int, n: int, k: int, sms: int) -> list[tuple[int, int, int]]:
+    return [(bm, bn, s) for bm in TILES for bn in TILES for s in SPLITS if not config_error(m, n, k, bm, bn, s, sms)]
+
+
+def ctas(m: int, n: int, bm: int, bn: int, split: int):
+    """Per CTA, in launch order: (m0, rows of A, n0, rows of B, k-slice index)."""
+    tiles_n = -(-n // bn)
+    for t in range(-(-m // bm) * tiles_n):
+        m0, n0 = (t // tiles_n) * bm, (t % tiles_n) * bn
+        for s in range(split):
+            yield m0, min(bm, m - m0), n0, min(bn, n - n0), s
+
+
+def slice_words(k: int, split: int, s: int) -> tuple[int, int]:
+    """The 16-byte words [k0, k1) of a row that slice s reads (as k_panel splits a row's K / 8)."""
+    kw = k // 8
+    per = -(-kw // split)
+    k0 = min(kw, s * per)
+    return k0, min(kw, k0 + per)
+
+
+def expected_xors(a_words, b_words, m: int, n: int, k: int, bm: int, bn: int, split: int):
+    """What k_panel's CTAs store in out, in launch order: the XOR of every u32 word of their A and B
+    panels (a_words, b_words: the operands as uint32 arrays of M x K/2 and N x K/2). Each operand is
+    XORed once per (row block, slice) and the CTAs pair them up: a shape's 60-odd configs are
+    checked in milliseconds."""
+    import numpy as np
+
+    def blocks(words, rows: int, tile: int):
+        bounds = [slice_words(k, split, s) for s in range(split)]
+        cols = np.stack([np.bitwise_xor.reduce(words[:, 4 * k0:4 * k1], axis=1) if k1 > k0
+                         else np.zeros(rows, dtype=np.uint32) for k0, k1 in bounds], axis=1)   # rows x split
+        return np.bitwise_xor.reduceat(cols, np.arange(0, rows, tile), axis=0)                 # blocks x split
+    xa, xb = blocks(a_words, m, bm), blocks(b_words, n, bn)
+    tiles_n = xb.shape[0]
+    t = np.arange(xa.shape[0] * tiles_n)
+    return (xa[t // tiles_n][:, :] ^ xb[t % tiles_n][:, :]).reshape(-1).astype(np.uint32)
+
+
+def written_words(m: int, n: int, bm: int, bn: int, split: int):
+    """The u32 word indices k_panel writes: of C (split 1: all of it) or of the workspace (each CTA's
+    slot, bm * bn words apart, its first ra * rb)."""
+    import numpy as np
+    if split == 1:
+        return np.arange(m * n // 2)
+    return np.concatenate([b * bm * bn + np.arange(ra * rb) for b, (_m0, ra, _n0, rb, _s)
+                           in enumerate(ctas(m, n, bm, bn, split))])
+
+
+def pattern(words, seed: int = stream_cuda.SEED):
+    import numpy as np
+    return ((words.astype(np.uint64) * 2654435761) & 0xFFFFFFFF).astype(np.uint32) ^ np.uint32(seed)
+
+
+class Panels:
+    """k_panel loaded on the current device; launches bound to one problem's buffers and a config."""
+
+    def __init__(self, sms: int):
+        import torch
+
+        from cudal2.backends.cuda_launch import _context
+        from cudal2.backends.driver import check, drv
+        from cudal2.nvrtc import compile_cubin
+        self.d, self.check, self.sms = drv(), check, sms
+        _context(torch.cuda.current_device())
+        cubin = compile_cubin(SOURCE, "sm_90a", ("-std=c++17",))[0]
+        self.module = check(self.d.cuModuleLoadData(cubin), "cuModuleLoadData")
+        self.func = check(self.d.cuModuleGetFunction(self.module, b"k_panel"), "k_panel")
+
+    def fn(self, a, b, c, ws, out, bm: int, bn: int, split: int):
+        """A launch of the tiled chain over a (M x K), b (N x K), writing c (M x N fp16) or ws."""
+        m, k = a.shape
+        n = b.shape[0]
+        why = config_error(m, n, k, bm, bn, split, self.sms)
+        if why:
+            raise ValueError(f"panel {bm}x{bn} split {split} at {m}x{n}x{k}: {why}")
+        grid = -(-m // bm) * -(-n // bn) * split
+        if out.numel() < grid or (split > 1 and ws.numel() < grid * bm * bn):
+            raise ValueError(f"panel {bm}x{bn} split {split}: out or workspace too small for {grid} CTAs")
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        slots = [u64(a.data_ptr()), u64(b.data_ptr()), u64(c.data_ptr()), u64(ws.data_ptr()), u32(m), u32(n), u32(k),
+                 u32(bm), u32(bn), u32(split), u32(stream_cuda.SEED), u64(out.data_ptr())]
+        return stream_cuda.bound_launch(self.d, self.func, grid, THREADS, 0, slots)
+
+    def check_fn(self, a, b, c, ws, out, bm: int, bn: int, split: int, words) -> bool:
+        """One checked launch: every CTA's XOR is its panels' (`words`: a's and b's uint32 arrays on the
+        host) and every word it writes holds pattern(w)."""
+        import numpy as np
+        import torch
+        m, k = a.shape
+        n = b.shape[0]
+        out.zero_()
+        (c if split == 1 else ws).view(torch.int32).fill_(0x5A5A5A5A)
+        f = self.fn(a, b, c, ws, out, bm, bn, split)
+        self.check(f(), f"cuLaunchKernel(k_panel {bm}x{bn} split {split})")
+        torch.cuda.synchronize()
+        if not np.array_equal(out[: f.grid].cpu().numpy().view(np.uint32), expected_xors(*words, m, n, k, bm, bn, split)):
+            return False
+        idx = written_words(m, n, bm, bn, split)
+        got = (c if split == 1 else ws).view(torch.int32).cpu().numpy().view(np.uint32).reshape(-1)[idx]
+        return bool(np.array_equal(got, pattern(idx)))
