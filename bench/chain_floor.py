@@ -17,8 +17,13 @@ On the PROTOCOL clock (cudal2.timing: offline back to back, server with L2 wiped
 each shape's chain configs and torch.matmul (nt, the same bytes) interleaved in one run; every chain
 config is checked once before it is timed.
 
+With --panels also the tiled chain (bench/panel_cuda.py): each CTA reads its tile's whole A and B
+panels for its K slice and then writes its tile, every tile of 16-128 and split 1-16 (checked per CTA),
+the fastest per shape: the floor of a kernel that shares no operand tile between CTAs. --resume keeps
+an earlier run's shapes (a time-boxed run goes on in the next call).
+
   source bench/device_env.sh
-  python3 bench/chain_floor.py --out $OUT --classes small,skinny --shapes bench/decode_set.txt --time-limit 200
+  python3 bench/chain_floor.py --out $OUT --classes small,skinny --shapes bench/decode_set.txt --panels --time-limit 200
 
 Writes chain_floor_<device>_<commit>.json (card, commit, command, a row per shape and mode) and .md
 (geomean of torch.matmul / chain per class: its ceiling against torch.matmul by this floor), rewritten
