@@ -97,7 +97,7 @@ def test_cli_examples_run(workdir):
     assert f"kernel beats best-cuBLAS on {wins} " in replay_err
     assert (workdir / "runs" / "registry" / "index.json").is_file()          # outputs under runs/
     assert sorted(os.listdir(workdir)) == ["bench", "config.json", "runs"]    # and nothing else
-    assert "3081 ok, 0 bad" in outs["cudal2 registry verify --render"]
+    assert "3111 ok, 0 bad" in outs["cudal2 registry verify --render"]
     # The shipped registry already holds that compare's timings: nothing new to add, nothing moves.
     added = next(o for c, o in ran if c.startswith("cudal2 registry add-timings"))
     assert "h200-sm90: 0 cuBLAS entries got a timing; 0 now dispatch to another call" in added
