@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_report import MODES, ratios  # noqa: E402  (bench/ is not a package)
 
-from cudal2.cli.compare_measure import DISTURBED  # noqa: E402
+from cudal2.cli import compare_measure  # noqa: E402
 from cudal2.report import load_json, read_json  # noqa: E402
 from cudal2.stats import geomean  # noqa: E402
 
@@ -36,11 +36,12 @@ BANDS = ((0.0, 5.5, "< 5.5 µs"), (5.5, 8.0, "5.5-8 µs"), (8.0, float("inf"), "
 HBM_WEIGHT = 100e6       # bytes of N x K past which a decode weight is read from HBM, not L2 (50 MB)
 
 
-def load_set(paths: list[str]) -> tuple[list[dict], float | None]:
-    """The rows of a set's compares (disjoint shapes) and the last one's copy bandwidth."""
-    rows, seen, bw = [], {}, None
+def load_set(paths: list[str]) -> tuple[list[dict], float | None, set]:
+    """The rows of a set's compares (disjoint shapes), the last one's copy bandwidth, their cards."""
+    rows, seen, bw, cards = [], {}, None, set()
     for p in paths:
         doc = read_json(p)
+        cards.add((doc.get("versions") or {}).get("card"))
         for r in doc["rows"]:
             key = (r["shape"], r.get("layout"))
             if key in seen:
@@ -48,13 +49,13 @@ def load_set(paths: list[str]) -> tuple[list[dict], float | None]:
             seen[key] = p
             rows.append(r)
         bw = (doc.get("peak") or {}).get("bw") or bw
-    return rows, bw
+    return rows, bw, cards
 
 
 def disturbed(row: dict, mode: str) -> bool:
-    bar = DISTURBED.get(mode)
+    """A row whose every column's spread passed the mode's bar (cudal2 compare's re-timing rule)."""
     spreads = [v for k, v in row.items() if k.startswith(f"{mode}_") and k.endswith("_spread") and v is not None]
-    return bar is not None and bool(spreads) and min(spreads) > bar
+    return compare_measure.disturbed(spreads, mode) is not None
 
 
 def clock_table(rows: list[dict]) -> list[dict]:
@@ -152,11 +153,10 @@ def main(argv=None) -> int:
         if not name or not paths:
             raise SystemExit(f"error: --set {spec!r}: NAME=COMPARE[,COMPARE...]")
         try:
-            rows, bw = load_set(paths.split(","))
+            rows, bw, cards = load_set(paths.split(","))
         except (OSError, ValueError) as e:
             raise SystemExit(f"error: --set {name}: {e}")
-        card = {(read_json(p).get("versions") or {}).get("card") for p in paths.split(",")}
-        result["card"] = result["card"] or ", ".join(sorted(c for c in card if c))
+        result["card"] = result["card"] or ", ".join(sorted(c for c in cards if c))
         result["sets"][name] = {"compares": paths.split(","), "clocks": clock_table(rows),
                                 "past_chain": past_chain(rows, chain) if chain else None,
                                 "bandwidth": bandwidth(rows, bw)}

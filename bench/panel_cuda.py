@@ -122,7 +122,7 @@ def expected_xors(a_words, b_words, m: int, n: int, k: int, bm: int, bn: int, sp
     xa, xb = blocks(a_words, m, bm), blocks(b_words, n, bn)
     tiles_n = xb.shape[0]
     t = np.arange(xa.shape[0] * tiles_n)
-    return (xa[t // tiles_n][:, :] ^ xb[t % tiles_n][:, :]).reshape(-1).astype(np.uint32)
+    return (xa[t // tiles_n] ^ xb[t % tiles_n]).reshape(-1).astype(np.uint32)
 
 
 def written_words(m: int, n: int, bm: int, bn: int, split: int):

@@ -138,9 +138,9 @@ def test_a_disturbed_timing_of_the_whole_row_is_timed_again(monkeypatch):
     from cudal2.problems import Problem
     from cudal2.stats import Stats
     calm, noisy = Stats.from_samples([5.0, 5.0, 5.01, 5.0]), Stats.from_samples([4.0, 18.0, 38.0, 60.0])
-    assert disturbed({"a": noisy, "b": noisy}, "graph") == pytest.approx(noisy.spread)
-    assert disturbed({"a": noisy, "b": calm}, "graph") is None
-    assert disturbed({"a": noisy, "b": noisy}, "server") is None
+    assert disturbed([noisy.spread, noisy.spread], "graph") == pytest.approx(noisy.spread)
+    assert disturbed([noisy.spread, calm.spread], "graph") is None
+    assert disturbed([noisy.spread, noisy.spread], "server") is None
     monkeypatch.setattr(timing, "default_clock", lambda: __import__("conftest").HostClock())
     calls = []
 

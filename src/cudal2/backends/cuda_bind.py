@@ -82,7 +82,7 @@ def bind_wgmma(k, M: int, N: int, K: int, d, stream):
     ok, idx = d.CUresult.CUDA_SUCCESS, k.device_index
     bshape = (K, N) if k.layout == "nn" else (N, K)
     split, ws = k._global_split(), k._ws
-    last = [None, _UNSEEN, None, None]      # A's pointer, the workspace pair, C's, B's
+    last = [None, None, None, _UNSEEN]      # A's, B's and C's pointers (as maps), the workspace pair
 
     def run(a, b, c) -> None:
         pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
@@ -93,11 +93,11 @@ def bind_wgmma(k, M: int, N: int, K: int, d, stream):
             if ab:
                 ab[0].value = pa
             last[0] = pa
-        if last[3] != pb:
+        if last[1] != pb:
             ctypes.memmove(maps[1], k._b_map(N, K, bshape, pb), 128)
             if ab:
                 ab[1].value = pb
-            last[3] = pb
+            last[1] = pb
         if last[2] != pc:
             ctypes.memmove(maps[2], k._c_map(M, N, pc), 128)
             c_slot.value = pc
@@ -105,9 +105,9 @@ def bind_wgmma(k, M: int, N: int, K: int, d, stream):
         s = stream(idx)
         # This stream's workspace; re-read when the stream changed or another size grew it (a pair
         # only grows, so the same one still fits).
-        if split and ws.pairs.get(s) is not last[1]:
+        if split and ws.pairs.get(s) is not last[3]:
             ws_slot.value, cnt_slot.value = k._splitk_workspace(M, N, s)
-            last[1] = ws.pairs[s]
+            last[3] = ws.pairs[s]
         res = go(s, a_args, 0)
         if res[0] != ok:
             check(res, f"cuLaunchKernel(cudal2_wgmma {M}x{N}x{K}, grid=({g0}, 1, 1), block={threads})", d)

@@ -110,7 +110,7 @@ def _measure_shape(problem, names, cfg: Config, modes, peak, kernel_for, device,
         return timing.server(fns, calls=cfg.server_calls, gap_ms=cfg.gap_ms, seed=cfg.seed)
     for mode in modes:
         st = timed(mode)
-        first = disturbed(st, mode)
+        first = disturbed([x.spread for x in st.values()], mode)
         if first is not None:
             row[f"{mode}_retimed"] = round(first, 4)
             st = timed(mode)
@@ -125,13 +125,12 @@ def _measure_shape(problem, names, cfg: Config, modes, peak, kernel_for, device,
     return row
 
 
-def disturbed(stats: dict, mode: str) -> float | None:
-    """The least spread of a mode's timing where every candidate's passed DISTURBED[mode], else None."""
+def disturbed(spreads, mode: str) -> float | None:
+    """The least of a timing's candidate spreads where every one passed DISTURBED[mode], else None
+    (bench/issue20_table.py reads the same rule off recorded rows)."""
     bar = DISTURBED.get(mode)
-    if bar is None or not stats:
-        return None
-    least = min(s.spread for s in stats.values())
-    return least if least > bar else None
+    least = min(spreads, default=None)
+    return least if bar is not None and least is not None and least > bar else None
 
 
 def _ratios(row: dict, mode: str, timed: list[str], names) -> None:
