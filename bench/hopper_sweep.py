@@ -358,6 +358,7 @@ def main(argv=None) -> int:
     n_failed = 0
     # niced as the search's compile-ahead pool is (cudal2.evaluate.procs): the shapes are timed
     # while the later ones compile, and the timing process's launches come first
+    from cudal2.evaluate.procs import end_pool
     ex = ProcessPoolExecutor(args.jobs, initializer=os.nice, initargs=(10,))
     try:
         for i, (p, errors) in enumerate(compiled_in_order(problems, specs, dev.to_dict(), ex)):
@@ -380,14 +381,11 @@ def main(argv=None) -> int:
                                                          "bk_pairs": bk_pairs(rows), "group_pairs": group_pairs(rows)},
                                                         indent=1))
     finally:
-        # The compiles of shapes the time box left out: cancelled, the running ones killed, then
-        # joined (shutdown(wait=False) alone left the interpreter waiting at exit on its manager
-        # thread once, after an error: 2026-12-06, CPU).
-        ex.shutdown(wait=False, cancel_futures=True)
-        for proc in list((getattr(ex, "_processes", None) or {}).values()):
-            if proc.is_alive():
-                proc.kill()
-        ex.shutdown(wait=True)
+        # The compiles of shapes the time box left out: cancelled, the running ones killed, the
+        # manager thread joined (one left behind kept the interpreter from exiting: 2026-12-06 on
+        # the CPU, and the CI of stop 59 on 2026-12-07, where the kill came after shutdown had
+        # dropped the process list and so killed nothing).
+        end_pool(ex)
     print(f"{n_failed} compiles of the timed shapes failed (reported in their rows)", flush=True)
     for g, s in summarize(rows).items():
         print(f"{g:14s} {s['shapes']:3d} shapes  geomean {s['geomean']:.3f}x  worst {s['worst']:.3f}x  "

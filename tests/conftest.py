@@ -90,3 +90,21 @@ def sass(tmp_path):
         return subprocess.run([str(tool), "--dump-sass", str(cubin)], capture_output=True, text=True,
                               check=True).stdout
     return dump
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A process pool left running by a test would keep the interpreter from exiting after the
+    tests passed (stop 59's CI hung so until its 90 minutes ran out). Such a pool fails the run
+    here, by name, and its processes are killed so that the exit comes."""
+    import multiprocessing
+    import threading
+    left = [t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread" and t.is_alive()]
+    if not left:
+        return
+    for p in multiprocessing.active_children():
+        p.kill()
+    for t in left:
+        t.join(10.0)
+    sys.stderr.write(f"\nerror: {len(left)} process pool(s) were still running when the tests ended "
+                     "(a pool not ended with cudal2.evaluate.procs.end_pool)\n")
+    session.exitstatus = 1

@@ -208,6 +208,24 @@ def _lower_priority(nice: int) -> None:
         pass
 
 
+def end_pool(pool: ProcessPoolExecutor, join_s: float = 10.0) -> None:
+    """Ends a pool now: queued work cancelled, its processes killed (a hung compile never returns;
+    ProcessPoolExecutor has no public kill), its manager thread joined. The processes are read
+    before shutdown: shutdown(wait=False) drops the pool's `_processes`, so a kill after it found
+    none, and a manager thread left waiting on a running compile kept the interpreter from exiting
+    (CI of stop 59, 2026-12-07: bench/hopper_sweep.py's time box, tests passed, exit hung)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(join_s)
+    if manager is not None:
+        manager.join(join_s)
+
+
 class CompilePool:
     """Compiles specs in parallel in spawned processes; `workers=0` compiles in this process.
     `nice` > 0 lowers the workers' CPU priority (the evaluator's compile-ahead pool)."""
@@ -248,11 +266,7 @@ class CompilePool:
 
     def close(self) -> None:
         if self._pool is not None:
-            # A hung compile never returns: end its process (ProcessPoolExecutor has no public kill).
-            for p in list(getattr(self._pool, "_processes", {}).values()):
-                if p.is_alive():
-                    p.kill()
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            end_pool(self._pool)
             self._pool = None
 
     def map(self, specs: list[KernelSpec], problem: Problem, device: DeviceInfo) -> list:
@@ -288,8 +302,5 @@ class CompilePool:
         except FutureTimeout:
             return ("error", f"compile did not finish within {self.compile_timeout_s:g} s")
         finally:
-            for p in list(getattr(pool, "_processes", {}).values()):
-                if p.is_alive():
-                    p.kill()
-            pool.shutdown(wait=False, cancel_futures=True)
+            end_pool(pool)
 
