@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from itertools import zip_longest
 
 from cudal2.measurement import Measurement
 from cudal2.problems import Problem
@@ -188,20 +189,34 @@ def kind_seeds(n: int, problem: Problem, device, backends, kind: str, ranker, to
 
 
 def model_seeds(n: int, problem: Problem, device, backends=None) -> list[KernelSpec]:
-    """The wgmma family's first n cost-model candidates where it can run (sm_90a, cuda backend
-    allowed, a measured SM count), else none. On the H200 (2026-12-03, bench/results/h200-sm90/
-    hopper) the best of ~10 such candidates reached 0.94-0.98x of best-cublas per class and beat it
-    on 20-40% of shapes, where the fixed list's best was 0.82x (1-100 GFLOP, median); under 1 GFLOP,
-    with lite specs among them, 1.000x nn (all 304 grid shapes, 194 won) and 1.032x nt (210 shapes)."""
-    from cudal2.tiles import candidates
+    """n of the wgmma family's wave-model specs where it can run (sm_90a, cuda backend allowed, a
+    measured SM count), else none: the cooperative list best first, then from 1 GFLOP a third of the
+    seeds (one at least, from two seeds) for the half-wave and ping-pong specs, then under 1 GFLOP a
+    quarter (one at least) lite ones. On the H200 (2026-12-03, bench/results/h200-sm90/hopper) the
+    best of ~10 cooperative candidates reached 0.94-0.98x of best-cublas per class and beat it on
+    20-40% of shapes, where the fixed list's best was 0.82x (1-100 GFLOP, median); under 1 GFLOP, with
+    lite specs among them, 1.000x nn (all 304 grid shapes, 194 won) and 1.032x nt (210 shapes)."""
+    from cudal2.tiles import candidate_groups
     if n <= 0 or not _wgmma_runs(device, backends):
         return []
     # Under 1 GFLOP the lite schedule (warp_spec 0) was the best spec of 89 of 304 grid shapes nn and
     # 59 of 210 nt (H200, 2026-12-03, hopper/run36-37); elsewhere it lost (starved, skinny: run 36).
     lite = max(1, n // 4) if problem.flops < 1e9 else 0
-    cands = [s for s in candidates(problem, device, n, lite=lite) if is_valid(s, problem, device)]
-    lites = [s for s in cands if s.warp_spec == 0][:lite]
-    return [s for s in cands if s.warp_spec != 0][: n - len(lites)] + lites
+    groups = {k: [s for s in v if is_valid(s, problem, device)]
+              for k, v in candidate_groups(problem, device, n, lite=lite).items()}
+    lites = groups["lite"][:lite]
+    # The groups after the cooperative list, which the first n of `candidates` never reached (before
+    # 2026-12-07): ping-pong 128x128 was the best spec of 86 of 147 large, 44 of 82 mid and 50 of
+    # 148 shortK grid nt shapes (H100 runs 158, 163), the half-wave split gave 0.855 of best-cublas
+    # on 40 deep-K starved ones where the cooperative list gave 0.769 (H100 run 167). Both measured
+    # at 1 GFLOP and more only, so smaller shapes keep the lite seeds instead.
+    extra = []
+    if problem.flops >= 1e9 and n >= 2:
+        hw, pp = groups["half_wave"], groups["pingpong"]
+        paired = [s for pair in zip_longest(hw, pp) for s in pair if s is not None]
+        extra = paired[:max(1, n // 3)]
+    coop = groups["cooperative"][:n - len(lites) - len(extra)]
+    return coop + extra + lites
 
 
 def profiles(screen_ms: float, full_ms: float, screen_max_calls: int | None = None) -> tuple[dict, dict]:

@@ -382,12 +382,39 @@ def test_model_seeds_lead_with_the_wgmma_cost_model(shape):
     assert lead == [] and decode_lead(6, Problem(32, p.N, p.K, p.layout), H200, ("triton", "cuda"))
     rest = seeds[len(lead):]
     half = (6 - len(lead)) - (6 - len(lead)) // 2
-    assert rest[:half] == candidates(p, H200, half)[:half]      # about half from the model, best first
+    assert rest[:half] == model_seeds(half, p, H200, ("triton", "cuda"))      # about half from the model
+    assert rest[:half - 1] == candidates(p, H200, half)[:half - 1]          # its cooperative list's best first
     auto = [s for s in seed_specs(6, p, H200, ("triton", "cuda"), "auto") if s not in seeds[:len(lead) + half]]
     assert rest[half:] == auto[:len(rest) - half]
     # No cuda backend, or no Hopper: the model has nothing to offer and model = auto.
     assert seed_specs(6, p, H200, ("triton",), "model") == seed_specs(6, p, H200, ("triton",), "auto")
     assert parse_seed_list("model:6") == ("model", 6)
+
+
+@pytest.mark.parametrize("shape,has_half_wave", [("4096x4096x512", False), ("256x512x8192", True),
+                                                  ("64x8192x4096:nt", False), ("512x512x16384:nt", True)])
+def test_model_seeds_from_one_gflop_reach_the_ping_pong_and_half_wave_specs(shape, has_half_wave):
+    """From 1 GFLOP a third of the model's seeds come from the groups after its cooperative list
+    (half-wave first, then ping-pong, alternating): the first n of `candidates` never reached them,
+    and on the H100 ping-pong 128x128 won most large shapes and the half-wave split the deep-K
+    starved ones (runs 158, 163, 167)."""
+    from cudal2.tiles import candidate_groups
+    p = Problem.parse(shape)
+    g = candidate_groups(p, H200, 8)
+    seeds = model_seeds(8, p, H200, ("cuda",))
+    assert len(seeds) == 8 == len(set(seeds)) and all(is_valid(s, p, H200) for s in seeds)
+    assert seeds[:6] == g["cooperative"][:6]
+    hw, pp = g["half_wave"], g["pingpong"]
+    assert pp and all(s.warp_spec == 2 for s in pp) and bool(hw) == has_half_wave
+    assert seeds[6:] == ([hw[0], pp[0]] if has_half_wave else pp[:2])
+    if has_half_wave:       # the split that fills about half the SMs with units (tiles.half_wave_split)
+        assert all(s.split_k > 1 and s.warp_spec == 1 for s in hw)
+    # The best cooperative spec stays first however few seeds; from two, one of the extras.
+    assert model_seeds(1, p, H200, ("cuda",)) == g["cooperative"][:1]
+    assert model_seeds(2, p, H200, ("cuda",)) == [g["cooperative"][0], seeds[6]]
+    # 16 seeds have room (5) for every extra: both half-wave tiles and the ping-pong pair.
+    assert len(pp) == 2 and len(hw) == (2 if has_half_wave else 0)
+    assert model_seeds(16, p, H200, ("cuda",))[-len(hw + pp):] == ([hw[0], pp[0], hw[1], pp[1]] if hw else pp)
 
 
 def test_model_seeds_under_one_gflop_include_the_lite_schedule():

@@ -195,12 +195,20 @@ def _lite(spec: KernelSpec, problem: Problem, device: DeviceInfo) -> KernelSpec 
 
 
 def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) -> list[KernelSpec]:
+    """`candidate_groups`' lists one after another: n cooperative, the ping-pong pair, the half-wave
+    specs, the lite ones (the sweep's order)."""
+    g = candidate_groups(problem, device, n, lite)
+    return g["cooperative"] + g["pingpong"] + g["half_wave"] + g["lite"]
+
+
+def candidate_groups(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) -> dict[str, list[KernelSpec]]:
     """n valid cooperative wgmma specs, best modelled first (distinct tile and split, each with the
     deepest ring that fits, at most two per tile; a shallow ring deepened by subtile 2 where that
     fits more, `deepest`), then ping-pong versions of the two best tiles that allow one (else
     of the best-modelled tiles one warpgroup holds whole), then on deep-K shapes cooperative 128x128
     and 64x128 at the split that fills half the SMs (`half_wave_split`), then lite versions (warp_spec
-    0) of the `lite` best tiles (n + 4 + lite at most). No 2-CTA clusters: on the H200 (2026-12-03, run 30) a cluster=2 spec ran at 0.93x of the
+    0) of the `lite` best tiles (n + 4 + lite at most), each group under its own key (every spec in
+    one group only). No 2-CTA clusters: on the H200 (2026-12-03, run 30) a cluster=2 spec ran at 0.93x of the
     same spec without one (median of 208 pairs, 0.49-1.21x) and was the best of its shape on 1 of
     104 (bench/hopper_sweep.py --clusters N tries them)."""
     sms = device.sm_count or 132
@@ -247,24 +255,22 @@ def candidates(problem: Problem, device: DeviceInfo, n: int = 8, lite: int = 0) 
         for _, bm, bn, split in (scored if out else ()):      # n = 0: no candidates at all
             if split == 1:
                 yield _wgmma(bm, bn, 12, 1, 2)
-    added = 0
+    groups = {"cooperative": out, "pingpong": [], "half_wave": [], "lite": []}
+    seen = list(out)
+
+    def add(group: str, s: KernelSpec | None) -> None:
+        if s is not None and s not in seen:
+            groups[group].append(s)
+            seen.append(s)
     for base in pingpong_bases():
-        if added >= 2:
+        if len(groups["pingpong"]) >= 2:
             break
-        pp = deepest(base, problem, device)
-        if pp is not None and pp not in out:
-            out.append(pp)
-            added += 1
+        add("pingpong", deepest(base, problem, device))
     if problem.K >= HALF_WAVE_MIN_K and min(problem.M, problem.N) >= HALF_WAVE_MIN_MN:
         for bm, bn, warps in HALF_WAVE_TILES:
             split = half_wave_split(problem, bm, bn, sms)
-            if split is None:
-                continue
-            hw = deepest(_wgmma(bm, bn, warps, split, 1), problem, device)
-            if hw is not None and hw not in out:
-                out.append(hw)
-    for s in [s for s in out if s.warp_spec == 1][:lite]:
-        li = _lite(s, problem, device)
-        if li is not None and li not in out:
-            out.append(li)
-    return out
+            if split is not None:
+                add("half_wave", deepest(_wgmma(bm, bn, warps, split, 1), problem, device))
+    for s in [s for s in seen if s.warp_spec == 1][:lite]:
+        add("lite", _lite(s, problem, device))
+    return groups
