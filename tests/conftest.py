@@ -93,18 +93,21 @@ def sass(tmp_path):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """A process pool left running by a test would keep the interpreter from exiting after the
-    tests passed (stop 59's CI hung so until its 90 minutes ran out). Such a pool fails the run
-    here, by name, and its processes are killed so that the exit comes."""
+    """A thread left running by a test keeps the interpreter from exiting after the tests passed
+    (stop 59's CI hung so, on a process pool's manager thread, until its 90 minutes ran out). Such
+    threads fail the run here, by name; a pool's processes are killed so that its thread, and the
+    exit, end."""
     import multiprocessing
     import threading
-    left = [t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread" and t.is_alive()]
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     if not left:
         return
-    for p in multiprocessing.active_children():
-        p.kill()
+    if any(type(t).__name__ == "_ExecutorManagerThread" for t in left):
+        for p in multiprocessing.active_children():
+            p.kill()
     for t in left:
         t.join(10.0)
-    sys.stderr.write(f"\nerror: {len(left)} process pool(s) were still running when the tests ended "
-                     "(a pool not ended with cudal2.evaluate.procs.end_pool)\n")
+    names = ", ".join(f"{t.name} ({type(t).__name__})" for t in left)
+    sys.stderr.write(f"\nerror: threads still running when the tests ended: {names} (a process pool "
+                     "is ended with cudal2.evaluate.procs.end_pool)\n")
     session.exitstatus = 1
