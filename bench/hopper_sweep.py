@@ -356,9 +356,9 @@ def main(argv=None) -> int:
             "cluster_ctas": dev.cluster_ctas}
     rows: list[dict] = []
     n_failed = 0
+    from cudal2.evaluate.procs import end_pool
     # niced as the search's compile-ahead pool is (cudal2.evaluate.procs): the shapes are timed
     # while the later ones compile, and the timing process's launches come first
-    from cudal2.evaluate.procs import end_pool
     ex = ProcessPoolExecutor(args.jobs, initializer=os.nice, initargs=(10,))
     try:
         for i, (p, errors) in enumerate(compiled_in_order(problems, specs, dev.to_dict(), ex)):

@@ -1,9 +1,9 @@
 """Replays a seed rule over hopper_sweep timings: per shape, the best of the specs each rule would
 have seeded, where the sweep timed all of them. No GPU: it reads what a card measured.
 
-The rules compared are `model:N`'s wgmma seeds before and after 2026-12-07: the first n of the wave
-model's cooperative list ("cooperative"), and `rl.staged.model_seeds` (the cooperative list's best,
-then the half-wave and ping-pong specs, or the lite ones under 1 GFLOP). A sweep run with
+The rules compared are `model:N`'s wgmma seeds before and after 2026-12-07: from 1 GFLOP the first n
+of the wave model's cooperative list before, and now `rl.staged.model_seeds` (the cooperative list's
+best, then the half-wave and ping-pong specs); under 1 GFLOP both give the same list. A sweep run with
 `--n-cands N` timed the cooperative list, the ping-pong pair, the half-wave specs (since run 167)
 and, with --lite, the lite ones, so a shape counts where one sweep timed every spec of both lists
 (the model may have changed since a sweep: a spec it did not time leaves the shape out, counted).
@@ -46,11 +46,16 @@ def sweep_device(meta: dict, sm_count: int):
 
 
 def rules(problem, dev, n: int) -> tuple[list[str], list[str]]:
-    """(the cooperative list's first n, model_seeds' n) as spec texts."""
+    """(model:N's wgmma seeds before 2026-12-07, `model_seeds`' now) as spec texts. Before: the
+    first n of `candidates`, lite ones in place of the last quarter under 1 GFLOP (as now), so only
+    the cooperative list's first n from 1 GFLOP."""
     from cudal2.rl.staged import model_seeds
     from cudal2.tiles import candidate_groups
-    return ([s.text for s in candidate_groups(problem, dev, n)["cooperative"][:n]],
-            [s.text for s in model_seeds(n, problem, dev, ("cuda",))])
+    lite = max(1, n // 4) if problem.flops < 1e9 else 0
+    g = candidate_groups(problem, dev, n, lite=lite)
+    lites = g["lite"][:lite]
+    before = g["cooperative"][:n - len(lites)] + lites
+    return [s.text for s in before], [s.text for s in model_seeds(n, problem, dev, ("cuda",))]
 
 
 def replay(sweeps: list[tuple[dict, list[dict]]], n: int, sm_count: int) -> dict:
