@@ -96,6 +96,7 @@ def measure_shape(streams, m: int, n: int, k: int, modes, min_ms: float, server_
 
     import stream_cuda
     from cudal2 import timing
+    from cudal2.report import primary
     inp = torch.randn(padded(m * k + n * k), device="cuda", dtype=torch.float16)
     a, b = inp[: m * k].view(m, k), inp[m * k: m * k + n * k].view(n, k)
     c = torch.empty(padded(m * n), device="cuda", dtype=torch.float16)
@@ -116,7 +117,7 @@ def measure_shape(streams, m: int, n: int, k: int, modes, min_ms: float, server_
         else:
             fastest = sorted(pfns, key=lambda p: rows[0]["panel_configs_us"].get(p, 1e9))[:3] if rows else list(pfns)
             st = timing.server({**fns, **{p: pfns[p] for p in fastest}}, calls=server_calls)
-        key = "median_us" if mode == "offline" else "mean_us"
+        key = primary(mode)
         t = {name: getattr(s, key) for name, s in st.items()}
         chains = {name: v for name, v in t.items() if name in stream_cuda.CHAINS}
         best = min(chains, key=chains.get)

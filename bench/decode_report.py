@@ -17,7 +17,7 @@ import math
 import sys
 from pathlib import Path
 
-from cudal2.report import write_rows_csv
+from cudal2.report import primary, write_rows_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 # compare modes a decode row may hold: offline and CUDA-graph replays (medians), server (a mean)
@@ -32,7 +32,7 @@ def geo(xs) -> float:
 
 def dispatched_us(row: dict, mode: str) -> float | None:
     """cudal2's time as dispatched: its own column, else torch.matmul's (a cuBLAS entry running it)."""
-    key = "mean_us" if mode == "server" else "median_us"
+    key = primary(mode)
     t = row.get(f"{mode}_cudal2_{key}")
     return t if t is not None else row.get(f"{mode}_torch_{key}")
 
