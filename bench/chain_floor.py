@@ -43,9 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))      # stream_cuda (ben
 MODES = ("offline", "server")
 
 
-def shapes_of(classes: list[str], files: list[str]) -> list[tuple[int, int, int]]:
+def shapes_of(classes: list[str], files: list[str], every: int = 1) -> list[tuple[int, int, int]]:
     """(M, N, K) of the grid's shapes of `classes` (shared/classes.py's, in grid order), then of the
-    --shapes files' (layout ignored: the chain moves the same bytes either way), each once."""
+    --shapes files' (layout ignored: the chain moves the same bytes either way), each once; with
+    `every` > 1 only each every-th of that list, from the first: a sample spread over M, N and K that a
+    time box can finish (grid order is M-major, so a cut-short run of the whole list sees small M only)."""
     from cudal2.problems import grid, read_shape_file
     from cudal2.stats import SHAPE_CLASSES, shape_class
     bad = set(classes) - set(SHAPE_CLASSES)
@@ -54,7 +56,9 @@ def shapes_of(classes: list[str], files: list[str]) -> list[tuple[int, int, int]
     out = [(p.M, p.N, p.K) for p in grid("nt") if shape_class(p.M, p.N, p.K) in classes]
     for f in files:
         out += [(p.M, p.N, p.K) for p in read_shape_file(f, "nt")]
-    return list(dict.fromkeys(out))
+    if every < 1:
+        raise ValueError(f"--every {every}: a positive count")
+    return list(dict.fromkeys(out))[::every]
 
 
 def padded(elements: int) -> int:
@@ -192,6 +196,9 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="offline,server")
     ap.add_argument("--min-ms", type=float, default=5.0, help="offline: at least this much GPU time per function")
     ap.add_argument("--server-calls", type=int, default=20)
+    ap.add_argument("--every", type=int, default=1,
+                    help="measure each every-th shape of the list only (a spread sample; the tiled chain costs "
+                         "~60 configs a shape)")
     ap.add_argument("--time-limit", type=float, default=0.0, help="seconds; stop before a shape past it (0: none)")
     ap.add_argument("--panels", action="store_true",
                     help="also the tiled chain (bench/panel_cuda.py: each CTA reads its tile's whole A and B panels), "
@@ -204,7 +211,7 @@ def main(argv=None) -> int:
     if not modes or set(modes) - set(MODES):
         ap.error(f"--modes {a.modes!r}: a comma-separated list of {', '.join(MODES)}")
     try:
-        shapes = shapes_of([c for c in a.classes.split(",") if c.strip()], a.shapes)
+        shapes = shapes_of([c for c in a.classes.split(",") if c.strip()], a.shapes, a.every)
     except (ValueError, OSError) as e:
         ap.error(str(e))
     if not shapes:

@@ -6,7 +6,7 @@
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
 # profile19[:SECONDS] profile-starved[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] decode-set[:SECONDS]
-# chain[:SECONDS] next[:SECONDS].
+# chain[:SECONDS[:EVERY]] pending next[:SECONDS].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -73,6 +73,17 @@ transfer_new() {
   tail -8 "$OUT/transfer.txt"
   gzip -c run/$xj >"$OUT/$xj.gz" 2>/dev/null
   gzip -c /tmp/xreg/index.json >"$OUT/index_transfer.json.gz"
+}
+
+# verify_pending: the full checker over this card's pending registry entries (on an H200 the 741
+# re-rendered for PDL: issue 22's "every entry ok"), recorded on an export, ~230 s at most. Files:
+# verify_gpu.txt, index_rechecked.json.gz (copy it over src/cudal2/registry/index.json after checking
+# that only check fields moved).
+verify_pending() {
+  rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
+  timeout 230 cudal2 registry verify --gpu --render --record --pending-only --time-limit 200 \
+    --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
+  tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
 }
 
 for stage in "$@"; do
@@ -327,13 +338,18 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # split), all checked, beside torch.matmul in the same run (`class_ceiling.py --chain [--tiled]`);
       # ~1 s a shape without the tiled chain (H100 runs 168 / 170). Resumable: the JSON is kept in
       # run/chain_floor.json (carry it back as .runpack/chain_floor.json) and a later call goes on.
-      csecs=200; [ "$stage" != chain ] && csecs=${stage#chain:}
-      mkdir -p run && cres=run/chain_floor.json && cargs=()
+      # chain:SECONDS:EVERY measures each EVERY-th shape only (chain_floor.py --every: a spread sample
+      # that one call can finish with the tiled chain's ~60 configs a shape).
+      IFS=: read -r _ csecs cevery <<<"$stage"; csecs=${csecs:-200}
+      mkdir -p run && cres=run/chain_floor.json && cargs=(--every "${cevery:-1}")
       [ -f .runpack/chain_floor.json ] && [ ! -f $cres ] && cp .runpack/chain_floor.json run/
-      [ -f $cres ] && cargs=(--resume $cres)
+      [ -f $cres ] && cargs+=(--resume $cres)
       timeout $((csecs + 40)) python3 bench/chain_floor.py --out "$OUT" --classes small,skinny --panels \
         --shapes bench/decode_set.txt --time-limit "$csecs" "${cargs[@]}" 2>&1 | tail -14
       for f in "$OUT"/chain_floor_*.json; do [ -f "$f" ] && cp "$f" $cres; done ;;
+    pending)
+      # pending: verify_pending above (also the H200 half of the next stage)
+      verify_pending ;;
     next|next:*)
       # next[:SECONDS] (default 560): the first call of the next card session, by card, time-boxed
       # (rewritten 2026-12-07 when issue 19 closed: issues 20 and 22 only).
@@ -345,12 +361,7 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # On an H100: the decode set, the chain floors, then the small class's second half
       # (bench/graph_small_nt_b.txt; runs 146-156 timed the first half three times: graph 1.185-1.188).
       nsecs=560; [ "$stage" != next ] && nsecs=${stage#next:}
-      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-        rm -rf /tmp/regcopy && cudal2 registry export /tmp/regcopy >/dev/null
-        timeout 230 cudal2 registry verify --gpu --render --record --pending-only --time-limit 200 \
-          --registry /tmp/regcopy >"$OUT/verify_gpu.txt" 2>&1
-        tail -4 "$OUT/verify_gpu.txt"; gzip -c /tmp/regcopy/index.json >"$OUT/index_rechecked.json.gz"
-      fi
+      nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && verify_pending
       bash "$0" decode-set:180
       bash "$0" chain:$(( (nsecs - SECONDS - 80) / 2 > 170 ? 170 : (nsecs - SECONDS - 80) / 2 ))
       gsecs=$((nsecs - SECONDS - 40))

@@ -22,6 +22,12 @@ def test_shapes_are_the_grid_classes_then_the_files_each_once(tmp_path):
     assert len(cf.shapes_of(["small", "skinny"], [])) == 304 + 64
     with pytest.raises(ValueError, match="--classes tiny"):
         cf.shapes_of(["tiny"], [])
+    # --every: each every-th of the same list, spread over the whole of it
+    every = cf.shapes_of(["skinny"], [str(f)], every=3)
+    assert every == (skinny + [(1, 4096, 4096), (7, 1000, 64)])[::3] and len(every) == 22
+    assert max(m for m, _, _ in every) > 1000 and min(m for m, _, _ in every) == 64
+    with pytest.raises(ValueError, match="--every 0"):
+        cf.shapes_of(["skinny"], [], every=0)
 
 
 def test_padded_rounds_to_16_bytes():
