@@ -195,8 +195,33 @@ def test_the_tiled_chain_is_a_floor_only_when_asked():
     where it binds above the chain; without it the shape keeps the chain."""
     c = _module()
     chain = {"card": "NVIDIA H200", "rows": [
-        {"M": 64, "N": 64, "K": 64, "mode": "offline", "chain_us": 4.5, "panel_us": 4.8}]}
+        {"M": 64, "N": 64, "K": 64, "mode": "offline", "chain_us": 4.5, "panel_us": 4.55}]}
     plain = c.shape_rows(_doc([SMALL]), c.Card(CEILING, LAUNCH, "offline", chain), "offline")[0]
     assert plain["binding"] == "chain" and "tiled" not in plain["floors_us"]
     tiled = c.shape_rows(_doc([SMALL]), c.Card(CEILING, LAUNCH, "offline", chain, tiled=True), "offline")[0]
-    assert tiled["binding"] == "tiled" and tiled["ceiling"] == pytest.approx(5.0 / 4.8)
+    assert tiled["binding"] == "tiled" and tiled["ceiling"] == pytest.approx(5.0 / 4.55) and tiled["beaten"] == []
+
+
+def test_a_floor_a_kernel_beat_is_dropped_for_that_shape():
+    """A chain or tiled time above what cuBLAS or cudal2 ran the shape in bounds nothing there
+    (H100 run 174: the tiled chain lost to cuBLAS on 7 of 22 shapes): it is dropped for the shape,
+    the next floor binds, and the class table counts it."""
+    c = _module()
+    chain = {"card": "NVIDIA H200", "rows": [
+        # SMALL: cuBLAS 5.0, cudal2 4.6 -> the tiled 4.8 is beaten by cudal2, the chain 4.5 stands
+        {"M": 64, "N": 64, "K": 64, "mode": "offline", "chain_us": 4.5, "panel_us": 4.8},
+        # SKINNY: cuBLAS 10.0, cudal2 9.0 -> both beaten by cudal2; the read floor (capped by the
+        # chain's 9.5: its kernel moved A and B in that time) binds
+        {"M": 64, "N": 2048, "K": 4096, "mode": "offline", "chain_us": 9.5, "panel_us": 12.0}]}
+    rows = c.shape_rows(_doc([SMALL, SKINNY]), c.Card(CEILING, LAUNCH, "offline", chain, tiled=True), "offline")
+    by = {r["shape"]: r for r in rows}
+    assert by["64x64x64"]["beaten"] == ["tiled"] and by["64x64x64"]["binding"] == "chain"
+    assert by["64x64x64"]["ceiling"] == pytest.approx(5.0 / 4.5) and "tiled" not in by["64x64x64"]["floors_us"]
+    assert by["64x2048x4096"]["beaten"] == ["chain", "tiled"] and by["64x2048x4096"]["binding"] == "read"
+    assert by["64x2048x4096"]["ceiling"] == pytest.approx(10.0 / (5.5 + 3.0 * (16.5 - 8) / 24))
+    all_ = c.class_table(rows, dict(c.TARGETS))[0]
+    assert all_["class"] == "all" and all_["beaten"] == {"tiled": 2, "chain": 1}
+    md = c.markdown({"card": "NVIDIA H200", "command": "x", "ceiling": "c.json", "launch": None, "chain": [],
+                     "latency": {}, "sets": {"g": {"compare": "g.json", "card": "NVIDIA H200", "commit": "abc",
+                                                   "only": None, "modes": {"offline": [all_]}}}})
+    assert md.splitlines()[-1].endswith("| tiled 2, chain 1 |")
