@@ -19,7 +19,8 @@ config is checked once before it is timed.
 
 With --panels also the tiled chain (bench/panel_cuda.py): each CTA reads its tile's whole A and B
 panels for its K slice and then writes its tile, every tile of 16-128 and split 1-16 (checked per CTA),
-the fastest per shape: the floor of a kernel that shares no operand tile between CTAs. --resume keeps
+the fastest per shape: meant as the floor of a kernel that shares no operand tile between CTAs, but
+H100 run 174 measured real kernels faster than it (bench/panel_cuda.py says where). --resume keeps
 an earlier run's shapes (a time-boxed run goes on in the next call).
 
   source bench/device_env.sh

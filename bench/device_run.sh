@@ -6,7 +6,7 @@
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
 # profile19[:SECONDS] profile-starved[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] decode-set[:SECONDS]
-# chain[:SECONDS[:EVERY]] pending next[:SECONDS].
+# chain[:SECONDS[:EVERY[:panels]]] pending next[:SECONDS].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -332,19 +332,21 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         --resume --time-limit $((dsecs - 20)) 2>&1 | tail -12
       gzip -c "$djson" >"$OUT/decode_set_nt.json.gz" ;;
     chain|chain:*)
-      # chain[:SECONDS] (default 200): bench/chain_floor.py --panels over the small and skinny grid
-      # shapes and the decode set, offline and server: per shape the time of reading A and B once and
-      # then writing C, and of the tiled chain (each CTA its tile's whole panels; every tile and
-      # split), all checked, beside torch.matmul in the same run (`class_ceiling.py --chain [--tiled]`);
-      # ~1 s a shape without the tiled chain (H100 runs 168 / 170). Resumable: the JSON is kept in
-      # run/chain_floor.json (carry it back as .runpack/chain_floor.json) and a later call goes on.
-      # chain:SECONDS:EVERY measures each EVERY-th shape only (chain_floor.py --every: a spread sample
-      # that one call can finish with the tiled chain's ~60 configs a shape).
-      IFS=: read -r _ csecs cevery <<<"$stage"; csecs=${csecs:-200}
+      # chain[:SECONDS[:EVERY[:panels]]] (default 200 s, every shape): bench/chain_floor.py over the
+      # small and skinny grid shapes and the decode set, offline and server: per shape the time of
+      # reading A and B once and then writing C, checked, beside torch.matmul in the same run
+      # (`class_ceiling.py --chain`); ~1 s a shape (H100 runs 168 / 170). EVERY measures each
+      # EVERY-th shape only (a spread sample one call can finish). `panels` adds the tiled chain
+      # (--panels: each CTA its tile's whole panels, every tile and split; ~10 s a shape, H100 run
+      # 174, where torch.matmul beat it on 6 of 22 shapes: no floor as built, so off by default).
+      # Resumable: the JSON is kept in run/chain_floor.json (carry it back as
+      # .runpack/chain_floor.json) and a later call goes on.
+      IFS=: read -r _ csecs cevery cpanels <<<"$stage"; csecs=${csecs:-200}
       mkdir -p run && cres=run/chain_floor.json && cargs=(--every "${cevery:-1}")
+      [ "${cpanels:-}" = panels ] && cargs+=(--panels)
       [ -f .runpack/chain_floor.json ] && [ ! -f $cres ] && cp .runpack/chain_floor.json run/
       [ -f $cres ] && cargs+=(--resume $cres)
-      timeout $((csecs + 40)) python3 bench/chain_floor.py --out "$OUT" --classes small,skinny --panels \
+      timeout $((csecs + 40)) python3 bench/chain_floor.py --out "$OUT" --classes small,skinny \
         --shapes bench/decode_set.txt --time-limit "$csecs" "${cargs[@]}" 2>&1 | tail -14
       for f in "$OUT"/chain_floor_*.json; do [ -f "$f" ] && cp "$f" $cres; done ;;
     pending)
@@ -356,14 +358,16 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # On an H200 (none since run 96): the full checker over the H200's 741 entries re-rendered for
       # PDL (issue 22's "every entry ok"; recorded on an export: index_rechecked.json.gz, copy it over
       # src/cudal2/registry/index.json after checking that only check fields moved), then the decode
-      # set on three clocks, the chain floors (issue 20's ceilings), then the small class's second half
-      # on the graph clock in what is left.
-      # On an H100: the decode set, the chain floors, then the small class's second half
-      # (bench/graph_small_nt_b.txt; runs 146-156 timed the first half three times: graph 1.185-1.188).
+      # set on three clocks, the chain floor over every other shape (never run on an H200), then the
+      # small class's second half on the graph clock in what is left.
+      # On an H100 (the chain measured on every shape in runs 168 / 170): the decode set, then the
+      # small class's second half on both clocks (bench/graph_small_nt_b.txt; runs 146-156 timed the
+      # first half three times: graph 1.185-1.188).
       nsecs=560; [ "$stage" != next ] && nsecs=${stage#next:}
-      nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && verify_pending
+      h200=0; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && h200=1
+      [ $h200 = 1 ] && verify_pending
       bash "$0" decode-set:180
-      bash "$0" chain:$(( (nsecs - SECONDS - 80) / 2 > 170 ? 170 : (nsecs - SECONDS - 80) / 2 ))
+      [ $h200 = 1 ] && bash "$0" chain:$(( (nsecs - SECONDS - 80) / 2 > 170 ? 170 : (nsecs - SECONDS - 80) / 2 )):2
       gsecs=$((nsecs - SECONDS - 40))
       [ $gsecs -gt 60 ] && bash "$0" graph:bench/graph_small_nt_b.txt:nt:$gsecs ;;
     *)

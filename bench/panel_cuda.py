@@ -13,6 +13,13 @@ shared-memory staging. The fastest (bm, bn, split) per shape is a floor for kern
 that do not share operand tiles between CTAs (a 2-CTA multicast cluster halves one operand's L2
 reads; each SM still takes in its whole panels).
 
+Measured (H100 run 174, 2026-12-07, 22 shapes, `--every 4`): **not a floor as built**. torch.matmul
+ran faster than its best config on 6 shapes offline (M 64, N 1024-12288: 64x12288x1024 10.4 µs
+against 14.7); cuBLAS's best or cudal2's filed kernel beat it on 12 of the 22 offline (7 of 17 small,
+all 5 skinny), 13 counting server mode; `class_ceiling.py` drops it where a kernel beat it. A guess at why, not measured: 8 KB in flight per CTA (128 threads x U = 4 x 16 B)
+where a TMA pipeline keeps 16-64 KB, two integer divisions per load in the address math, and tiles
+capped at 128 where cuBLAS's skinny kernels run wider ones.
+
 CTA b: slice b % split, tile b / split (tiles row-major, ceil(N / bn) a row); K and N multiples of 8
 (16-byte rows and stores), BN a multiple of 8. The host check (`expected_xors`, `check_writes`)
 mirrors that index math in numpy.
