@@ -20,7 +20,7 @@ write C once and do 2MNK flops. Each has a time measured on the card (no GPU her
            reads its tile's whole A and B panels, then writes its tile (the fastest tile and split):
            a floor for kernels that do not share operand tiles between CTAs (a multicast cluster
            halves one operand's L2 reads), so it is off unless asked for; H100 run 174 found kernels
-           faster than it on 13 of 22 shapes (12 offline) (bench/panel_cuda.py), where it is dropped (below)
+           faster than it on 13 of 22 shapes, 12 offline (bench/panel_cuda.py), where it is dropped (below)
 
 The floor is the largest of them (they overlap; their sum would overstate it) and the ceiling
 t_best-cublas / floor. A chain or tiled time above what cuBLAS or cudal2 ran the shape in is no floor
