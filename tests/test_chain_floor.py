@@ -30,6 +30,20 @@ def test_shapes_are_the_grid_classes_then_the_files_each_once(tmp_path):
         cf.shapes_of(["skinny"], [], every=0)
 
 
+def test_the_measuring_order_spreads_any_prefix_over_the_list():
+    """A time-boxed run measures shapes in bit-reversed order: every shape once, and its first eighth
+    already spans the list (in grid order, the small and skinny classes' first 53 all have M = 64)."""
+    cf = _module()
+    assert cf.spread_order(list(range(8))) == [0, 4, 2, 6, 1, 5, 3, 7]
+    assert cf.spread_order([]) == [] and cf.spread_order(["a"]) == ["a"]
+    shapes = cf.shapes_of(["small", "skinny"], [])
+    order = cf.spread_order(shapes)
+    assert sorted(order) == sorted(shapes)
+    first = order[: len(shapes) // 8]
+    assert {m for m, _, _ in shapes[: len(first)]} == {64}
+    assert len({m for m, _, _ in first}) >= 6 and max(m for m, _, _ in first) >= 8192
+
+
 def test_padded_rounds_to_16_bytes():
     cf = _module()
     assert [cf.padded(n) for n in (1, 8, 9, 4096 * 7)] == [8, 8, 16, 4096 * 7]
