@@ -18,9 +18,11 @@ each shape's chain configs and torch.matmul (nt, the same bytes) interleaved in 
 config is checked once before it is timed.
 
 With --panels also the tiled chain (bench/panel_cuda.py): each CTA reads its tile's whole A and B
-panels for its K slice and then writes its tile, every tile of 16-128 and split 1-16 (checked per CTA),
-the fastest per shape: meant as the floor of a kernel that shares no operand tile between CTAs, but
-H100 run 174 measured real kernels faster than it (bench/panel_cuda.py says where). --resume keeps
+panels for its K slice and then writes its tile, by 16-byte loads (kind "panel": H100 run 174 measured
+real kernels faster than it) or by bulk copies into a shared-memory ring (kind "bulk"), every tile of
+16-128 (bulk 256 too) and split 1-16, each config checked per CTA; a 5-call screen keeps each kind's 4
+fastest for the timing: the fastest per shape is the floor of a kernel that shares no operand tile
+between CTAs, where no kernel beat it (class_ceiling.py drops it where one did). --resume keeps
 an earlier run's shapes (a time-boxed run goes on in the next call).
 
   source bench/device_env.sh
@@ -76,9 +78,9 @@ def padded(elements: int) -> int:
 
 
 def panel_fns(panels, a, b, m: int, n: int, k: int) -> tuple[dict, tuple]:
-    """Every tiled-chain config of (m, n, k) (panel_cuda.configs), each checked once, as launches, and
-    the buffers they write (the caller holds them while it launches: the launches keep only
-    their addresses)."""
+    """Every tiled-chain config of (m, n, k) (panel_cuda.configs: both kinds), each checked once, as
+    launches named "KIND BMxBN /SPLIT", and the buffers they write (the caller holds them while it
+    launches: the launches keep only their addresses)."""
     import numpy as np
     import torch
 
@@ -86,25 +88,44 @@ def panel_fns(panels, a, b, m: int, n: int, k: int) -> tuple[dict, tuple]:
     cfgs = panel_cuda.configs(m, n, k, panels.sms)
     if not cfgs:                        # N or K off the 16-byte rule: no tiled chain for this shape
         return {}, ()
-    grids = [-(-m // bm) * -(-n // bn) * s for bm, bn, s in cfgs]
+    grids = [-(-m // bm) * -(-n // bn) * s for _, bm, bn, s in cfgs]
     out = torch.empty(max(grids), device="cuda", dtype=torch.int32)
-    ws = torch.empty(max([g * bm * bn for g, (bm, bn, s) in zip(grids, cfgs) if s > 1], default=4),
+    ws = torch.empty(max([g * bm * bn for g, (_, bm, bn, s) in zip(grids, cfgs) if s > 1], default=4),
                      device="cuda", dtype=torch.float32)
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
     words = (a.cpu().numpy().view(np.uint32), b.cpu().numpy().view(np.uint32))
-    fns = {}
-    for bm, bn, s in cfgs:
-        name = f"panel {bm}x{bn} /{s}"
-        if not panels.check_fn(a, b, c, ws, out, bm, bn, s, words):
+    fns, cache = {}, {}
+    for kind, bm, bn, s in cfgs:
+        name = f"{kind} {bm}x{bn} /{s}"
+        if not panels.check_fn(a, b, c, ws, out, kind, bm, bn, s, words, cache):
             raise SystemExit(f"{name}: wrong XOR or unwritten words at {m}x{n}x{k}")
-        fns[name] = panels.fn(a, b, c, ws, out, bm, bn, s)
+        fns[name] = panels.fn(a, b, c, ws, out, kind, bm, bn, s)
     return fns, (c, ws, out)
+
+
+# The tiled chain's configs a shape keeps for the PROTOCOL timing beside the chains and torch.matmul:
+# the fastest SCREEN_KEEP of each kind by a short screen (5 calls each). Timing all of them (60-80 of
+# k_panel's alone) took ~10 s a shape (H100 run 174); the bulk kind has up to 125 more.
+SCREEN_KEEP = 4
+
+
+def screened(pfns: dict, keep: int = SCREEN_KEEP, clock=None) -> list[str]:
+    """The names of `pfns` ("KIND ...") to time: each kind's `keep` fastest by a 5-call offline screen,
+    every one where a kind has no more than `keep`."""
+    from cudal2 import timing
+    kinds: dict[str, list[str]] = {}
+    for name in pfns:
+        kinds.setdefault(name.split()[0], []).append(name)
+    if all(len(v) <= keep for v in kinds.values()):
+        return list(pfns)
+    st = timing.offline(pfns, min_calls=5, min_ms=0.0, clock=clock)
+    return [n for names in kinds.values() for n in sorted(names, key=lambda x: st[x].median_us)[:keep]]
 
 
 def measure_shape(streams, m: int, n: int, k: int, modes, min_ms: float, server_calls: int,
                   panels=None) -> list[dict]:
     """Rows (one a mode) for one shape: the fastest chain, torch.matmul, and with `panels` the fastest
-    tiled chain (all its configs offline; in server mode the offline run's 3 fastest)."""
+    tiled chain (offline the screen's picks, `screened`; in server mode the offline run's 3 fastest)."""
     import torch
 
     import stream_cuda
@@ -123,6 +144,8 @@ def measure_shape(streams, m: int, n: int, k: int, modes, min_ms: float, server_
         fns[name] = streams.chain_fn(name, inp, c, out)
     fns["torch"] = lambda: torch.matmul(a, b.t(), out=cm)
     pfns, held = panel_fns(panels, a, b, m, n, k) if panels is not None else ({}, ())   # noqa: F841 (held: kept alive)
+    configs = len(pfns)
+    pfns = {name: pfns[name] for name in screened(pfns)}
     rows = []
     for mode in modes:
         if mode == "offline":
@@ -143,7 +166,7 @@ def measure_shape(streams, m: int, n: int, k: int, modes, min_ms: float, server_
         if tiled:
             pbest = min(tiled, key=tiled.get)
             row.update({"panel_us": round(tiled[pbest], 3), "panel_config": pbest,
-                        "torch_over_panel": round(t["torch"] / tiled[pbest], 3),
+                        "torch_over_panel": round(t["torch"] / tiled[pbest], 3), "panel_configs": configs,
                         "panel_configs_us": {p: round(v, 3) for p, v in sorted(tiled.items(), key=lambda x: x[1])}})
         rows.append(row)
     return rows

@@ -336,9 +336,11 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # small and skinny grid shapes and the decode set, offline and server: per shape the time of
       # reading A and B once and then writing C, checked, beside torch.matmul in the same run
       # (`class_ceiling.py --chain`); ~1 s a shape (H100 runs 168 / 170). EVERY measures each
-      # EVERY-th shape only (a spread sample one call can finish). `panels` adds the tiled chain
-      # (--panels: each CTA its tile's whole panels, every tile and split; ~10 s a shape, H100 run
-      # 174, where torch.matmul beat it on 6 of 22 shapes: no floor as built, so off by default).
+      # EVERY-th shape only (a smaller set; any run measures in a spread order). `panels` adds the
+      # tiled chain (--panels: each CTA its tile's whole panels, every tile and split, by 16-byte
+      # loads and, since 2026-12-07, by bulk copies into a shared-memory ring, each kind's 4 fastest
+      # of a screen timed; the loads alone took ~10 s a shape in H100 run 174, where torch.matmul beat
+      # them on 6 of 22 shapes; the bulk kind not run yet).
       # Resumable: the JSON is kept in run/chain_floor.json (carry it back as
       # .runpack/chain_floor.json) and a later call goes on.
       IFS=: read -r _ csecs cevery cpanels <<<"$stage"; csecs=${csecs:-200}
