@@ -49,8 +49,8 @@ MODES = ("offline", "server")
 def shapes_of(classes: list[str], files: list[str], every: int = 1) -> list[tuple[int, int, int]]:
     """(M, N, K) of the grid's shapes of `classes` (shared/classes.py's, in grid order), then of the
     --shapes files' (layout ignored: the chain moves the same bytes either way), each once; with
-    `every` > 1 only each every-th of that list, from the first: a sample spread over M, N and K that a
-    time box can finish (grid order is M-major, so a cut-short run of the whole list sees small M only)."""
+    `every` > 1 only each every-th of that list, from the first (a smaller set spread over the list;
+    main measures any set in spread_order, so a run its time limit cuts is a sample too)."""
     from cudal2.problems import grid, read_shape_file
     from cudal2.stats import SHAPE_CLASSES, shape_class
     bad = set(classes) - set(SHAPE_CLASSES)
@@ -174,13 +174,14 @@ def measure_shape(streams, m: int, n: int, k: int, modes, min_ms: float, server_
 
 def kept_rows(earlier: dict, device: str, shapes, modes, panels: bool) -> list[dict]:
     """An earlier run's rows to keep: those of the shapes asked for, measured in every mode asked for
-    (and with the tiled chain where `panels`); ValueError if it ran on another card."""
+    (and where `panels`, with both kinds of the tiled chain: rows of runs before the bulk kind, which
+    lack "panel_configs", are measured again); ValueError if it ran on another card."""
     if earlier.get("device") != device:
         raise ValueError(f"measured on {earlier.get('device')}, this card is {device}")
     asked = set(shapes)
     by: dict = {}
     for r in earlier.get("rows", []):
-        if (r["M"], r["N"], r["K"]) in asked and r["mode"] in modes and (not panels or "panel_us" in r):
+        if (r["M"], r["N"], r["K"]) in asked and r["mode"] in modes and (not panels or "panel_configs" in r):
             by.setdefault((r["M"], r["N"], r["K"]), {})[r["mode"]] = r
     return [r for s in shapes if len(by.get(s, {})) == len(modes) for r in by[s].values()]
 
@@ -229,8 +230,8 @@ def main(argv=None) -> int:
     ap.add_argument("--min-ms", type=float, default=5.0, help="offline: at least this much GPU time per function")
     ap.add_argument("--server-calls", type=int, default=20)
     ap.add_argument("--every", type=int, default=1,
-                    help="measure each every-th shape of the list only (a spread sample; the tiled chain costs "
-                         "~60 configs a shape)")
+                    help="measure each every-th shape of the list only (a smaller set; the tiled chain "
+                         "checks and screens up to ~200 configs a shape)")
     ap.add_argument("--time-limit", type=float, default=0.0, help="seconds; stop before a shape past it (0: none)")
     ap.add_argument("--panels", action="store_true",
                     help="also the tiled chain (bench/panel_cuda.py: each CTA reads its tile's whole A and B panels), "

@@ -24,8 +24,8 @@ write C once and do 2MNK flops. Each has a time measured on the card (no GPU her
 
 The floor is the largest of them (they overlap; their sum would overstate it) and the ceiling
 t_best-cublas / floor. A chain or tiled time above what cuBLAS or cudal2 ran the shape in is no floor
-there: it is dropped for that shape and counted in the table's last column. Between the measured sizes (8 MiB to 1 GiB) a time is interpolated linearly
-in bytes, below 8 MiB from the empty kernel's time at 0 bytes (over 132 CTAs where the launch file
+there: it is dropped for that shape and counted in the table's last column. Between the measured
+sizes (8 MiB to 1 GiB) a time is interpolated linearly in bytes, below 8 MiB from the empty kernel's time at 0 bytes (over 132 CTAs where the launch file
 has it), and past 1 GiB at 1 GiB's rate: an affine launch + bytes / rate, which under 8 MiB sits
 below what any kernel pays (a read waits at least one load's latency). So the floors are generous
 and a ceiling is an upper bound by these measurements: a faster read or write kernel than the ones
@@ -151,8 +151,9 @@ def shape_rows(doc: dict, card: Card, mode: str) -> list[dict]:
         f = card.floors(r["M"], r["N"], r["K"], peak)
         # A floor above a time some kernel ran the shape in (cuBLAS's best, or cudal2 as dispatched)
         # is contradicted there: its probe is slower than a real GEMM on that shape, so it bounds
-        # nothing. H100 run 174: the tiled chain lost to cuBLAS on 7 of 22 shapes (M 64, N 1024-12288)
-        # and to cudal2's kernels on 3 more; the chain to cuBLAS at 64x8192x4096 (27.1 / 25.3 µs).
+        # nothing. H100 run 174: the tiled chain (its load kind) lost to torch.matmul in the same run on
+        # 6 of 22 shapes offline (M 64, N 1024-12288), to cuBLAS's best or cudal2 on 12; the chain to
+        # torch.matmul at 64x8192x4096 (27.1 / 25.3 µs).
         fastest = best / max(1.0, ours[r["shape"]])
         beaten = sorted(k for k, v in f.items() if v > fastest and k in MEASURED_FLOORS)
         f = {k: v for k, v in f.items() if k not in beaten}

@@ -28,7 +28,7 @@ k_panel's (same panels), so the same host check holds. chain_floor.py times both
 fastest config per shape.
 
 CTA b: slice b % split, tile b / split (tiles row-major, ceil(N / bn) a row); K and N multiples of 8
-(16-byte rows and stores), BN a multiple of 8. The host check (`expected_xors`, `check_writes`)
+(16-byte rows and stores), BN a multiple of 8. The host check (`expected_xors`, `written_words`)
 mirrors that index math in numpy.
 """
 from __future__ import annotations
@@ -89,8 +89,7 @@ BULK_KERNEL = r'''
 // (the last one short), each slot by 1D bulk copies (one a row piece, spread over warp 0's lanes)
 // completing on the slot's mbarrier, `stages` slots in flight; every thread XORs a landed slot out of
 // shared memory (what wgmma would read), then a CTA barrier frees it for the slot `stages` on.
-#define SLOT 16384u
-#define MAX_STAGES 8
+// SLOT and MAX_STAGES: the Python constants of the same names, #defined ahead of this text.
 extern "C" __global__ void k_panel_bulk(const unsigned char* __restrict__ A, const unsigned char* __restrict__ B,
                                         uint4* C, uint4* ws, u32 M, u32 N, u32 K, u32 bm, u32 bn, u32 split,
                                         u32 seed, u32* out, u32 stages) {
@@ -155,14 +154,14 @@ extern "C" __global__ void k_panel_bulk(const unsigned char* __restrict__ A, con
     }
 }
 '''
+SLOT, MAX_STAGES = 16384, 8          # k_panel_bulk's slot bytes and ring depth (128 KB at most)
+BULK_KERNEL = f"#define SLOT {SLOT}u\n#define MAX_STAGES {MAX_STAGES}\n" + BULK_KERNEL
 SOURCE = stream_cuda.COMMON + PANEL_KERNEL + BULK_KERNEL
 THREADS = 128
 SPLITS = (1, 2, 4, 8, 16)
 # k_panel (16-byte loads through registers) and k_panel_bulk (bulk copies into a shared-memory ring),
 # each over its tiles: the bulk probe also takes 256 (cuBLAS's skinny kernels run tiles past 128).
 KINDS = {"panel": (16, 32, 64, 128), "bulk": (16, 32, 64, 128, 256)}
-TILES = KINDS["panel"]
-SLOT, MAX_STAGES = 16384, 8          # k_panel_bulk's slot bytes and ring depth (128 KB at most)
 
 
 def config_error(m: int, n: int, k: int, bm: int, bn: int, split: int, sms: int) -> str | None:

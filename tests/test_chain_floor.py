@@ -111,7 +111,9 @@ def test_resume_keeps_the_rows_of_shapes_measured_in_every_mode():
     assert sorted((r["shape"], r["mode"]) for r in kept) == [("64x64x64", "offline"), ("64x64x64", "server")]
     assert len(cf.kept_rows(earlier, "h100-sm90", shapes, ["offline"], panels=False)) == 3
     assert cf.kept_rows(earlier, "h100-sm90", shapes[1:], ["offline"], panels=True) == []
-    rows[1]["panel_us"] = 6.0
+    rows[1]["panel_us"] = 6.0               # a row of the load kind alone (before the bulk kind): measured again
+    assert cf.kept_rows(earlier, "h100-sm90", shapes, ["offline"], panels=True) == []
+    rows[1]["panel_configs"] = 120          # both kinds checked and screened
     assert [r["shape"] for r in cf.kept_rows(earlier, "h100-sm90", shapes, ["offline"], panels=True)] == ["512x256x512"]
     with pytest.raises(ValueError, match="measured on h100-sm90, this card is h200-sm90"):
         cf.kept_rows(earlier, "h200-sm90", shapes, ["offline"], panels=False)

@@ -204,7 +204,7 @@ def test_the_tiled_chain_is_a_floor_only_when_asked():
 
 def test_a_floor_a_kernel_beat_is_dropped_for_that_shape():
     """A chain or tiled time above what cuBLAS or cudal2 ran the shape in bounds nothing there
-    (H100 run 174: the tiled chain lost to cuBLAS on 7 of 22 shapes): it is dropped for the shape,
+    (H100 run 174: the tiled chain lost to a kernel on 12 of 22 shapes offline): it is dropped for the shape,
     the next floor binds, and the class table counts it."""
     c = _module()
     chain = {"card": "NVIDIA H200", "rows": [
