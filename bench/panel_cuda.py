@@ -40,6 +40,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import stream_cuda  # noqa: E402  (bench/ is not a package)
 
+WRITE_TILE = r'''
+// After the CTA's loads (block_xor's barrier): its tile, the fp16 C (split 1: ra rows of rb / 8
+// 16-byte words) or an fp32 partial (ra x rb words at the CTA's workspace slot), as pattern4 words.
+__device__ __forceinline__ void write_tile(uint4* C, uint4* ws, u32 N, u32 m0, u32 n0, u32 ra, u32 rb, u32 bm,
+                                           u32 bn, u32 split, u32 seed) {
+    if (split == 1) {
+        const u32 cw = rb / 8;
+        for (u32 j = threadIdx.x; j < ra * cw; j += blockDim.x) {
+            const u64 q = ((u64)(m0 + j / cw) * N + n0) / 8 + j % cw;
+            C[q] = pattern4(4 * q, seed);
+        }
+    } else {
+        const u64 q0 = (u64)blockIdx.x * bm * bn / 4;
+        for (u32 j = threadIdx.x; j < ra * rb / 4; j += blockDim.x) ws[q0 + j] = pattern4(4 * (q0 + j), seed);
+    }
+}
+'''
+
 PANEL_KERNEL = r'''
 #define U 4
 extern "C" __global__ void k_panel(const uint4* __restrict__ A, const uint4* __restrict__ B, uint4* C, uint4* ws,
@@ -70,16 +88,7 @@ extern "C" __global__ void k_panel(const uint4* __restrict__ A, const uint4* __r
         x ^= v.x ^ v.y ^ v.z ^ v.w;
     }
     block_xor(x, out);
-    if (split == 1) {                       // the fp16 tile: ra rows of rb / 8 16-byte words
-        const u32 cw = rb / 8;
-        for (u32 j = threadIdx.x; j < ra * cw; j += step) {
-            const u64 q = ((u64)(m0 + j / cw) * N + n0) / 8 + j % cw;
-            C[q] = pattern4(4 * q, seed);
-        }
-    } else {                                // the fp32 partial: ra x rb words at the CTA's slot
-        const u64 q0 = (u64)blockIdx.x * bm * bn / 4;
-        for (u32 j = threadIdx.x; j < ra * rb / 4; j += step) ws[q0 + j] = pattern4(4 * (q0 + j), seed);
-    }
+    write_tile(C, ws, N, m0, n0, ra, rb, bm, bn, split, seed);
 }
 '''
 
@@ -142,21 +151,12 @@ extern "C" __global__ void k_panel_bulk(const unsigned char* __restrict__ A, con
         if (threadIdx.x < 32 && i + stages < nslots) issue(i + stages);
     }
     block_xor(x, out);
-    if (split == 1) {
-        const u32 cw = rb / 8;
-        for (u32 j = threadIdx.x; j < ra * cw; j += step) {
-            const u64 q = ((u64)(m0 + j / cw) * N + n0) / 8 + j % cw;
-            C[q] = pattern4(4 * q, seed);
-        }
-    } else {
-        const u64 q0 = (u64)blockIdx.x * bm * bn / 4;
-        for (u32 j = threadIdx.x; j < ra * rb / 4; j += step) ws[q0 + j] = pattern4(4 * (q0 + j), seed);
-    }
+    write_tile(C, ws, N, m0, n0, ra, rb, bm, bn, split, seed);
 }
 '''
 SLOT, MAX_STAGES = 16384, 8          # k_panel_bulk's slot bytes and ring depth (128 KB at most)
 BULK_KERNEL = f"#define SLOT {SLOT}u\n#define MAX_STAGES {MAX_STAGES}\n" + BULK_KERNEL
-SOURCE = stream_cuda.COMMON + PANEL_KERNEL + BULK_KERNEL
+SOURCE = stream_cuda.COMMON + WRITE_TILE + PANEL_KERNEL + BULK_KERNEL
 THREADS = 128
 SPLITS = (1, 2, 4, 8, 16)
 # k_panel (16-byte loads through registers) and k_panel_bulk (bulk copies into a shared-memory ring),

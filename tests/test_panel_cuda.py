@@ -22,7 +22,7 @@ def _ops(source):
     tool = cuobjdump()
     if tool is None:
         pytest.skip("no cuobjdump (CUDA toolkit on PATH or the triton wheel's copy)")
-    lines = sass_lines(compile_cubin(pc.stream_cuda.COMMON + source, "sm_90a", ("-std=c++17",))[0], tool)
+    lines = sass_lines(compile_cubin(pc.stream_cuda.COMMON + pc.WRITE_TILE + source, "sm_90a", ("-std=c++17",))[0], tool)
     return Counter(re.sub(r"^@!?U?P\w+\s+", "", line).split()[0] for line in lines if not line.startswith("/*"))
 
 
