@@ -3,7 +3,7 @@
 # every log under $OUT (at most 8 files come back). Stages: info tests tests:PATH baselines bench
 # probe (the next card session's first call, ~8 minutes at most: see the stage) decode-trim variants
 # ceiling launch cublas-evidence band:NAME (bench/NAME_band.txt) bk sweep:NAME:LAYOUT[:SECONDS]
-# retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]]
+# retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]] (server:... too)
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
 # profile19[:SECONDS] profile-starved[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] decode-set[:SECONDS]
 # chain[:SECONDS[:EVERY[:panels]]] pending next[:SECONDS].
@@ -229,20 +229,23 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
           --registry src/cudal2/registry --min-ms 15 --server-calls 20 --no-table \
           --json "$OUT/retime_${rname}_${rlay}_p$pass.json" 2>&1 | tail -4
       done ;;
-    graph:*)
+    graph:*|server:*)
       # graph:SHAPES:LAYOUT[:SECONDS[:TAG]] (default 420): the registry as dispatched on SHAPES (a
       # `--shapes` value: a file such as bench/graph_small_nt.txt, grid, grid:N) beside the five
       # baselines on both PROTOCOL clocks, offline and CUDA-graph replays (no event between calls:
-      # where wgmma's PDL shows; H100 run 127: ~1.8 s a shape). Resumable: the JSON is rewritten as
-      # rows come in, so a later call with the same JSON (carry it back into run/) goes on. TAG names
-      # a second, independent timing of the same shapes (its own JSON): `registry file-cublas` files
-      # a cuBLASLt call only on two such timings.
-      IFS=: read -r _ gshapes glay gsecs gtag <<<"$stage"
+      # where wgmma's PDL shows; H100 run 127: ~1.8 s a shape). server:... the same with server mode
+      # (cold L2 after an idle gap, 30 calls) in place of the graph replays (H100 runs 175-177: 152
+      # small nt shapes in ~380 s). Resumable: the JSON is rewritten as rows come in, so a later call
+      # with the same JSON (carry it back into run/) goes on. TAG names a second, independent timing of
+      # the same shapes (its own JSON): `registry file-cublas` files a cuBLASLt call only on two such
+      # timings.
+      IFS=: read -r gclock gshapes glay gsecs gtag <<<"$stage"
       gname=$(basename "$gshapes" .txt | tr -c 'A-Za-z0-9_\n-' _)${gtag:+_$gtag}
+      gargs=(--mode offline,graph); [ "$gclock" = server ] && gargs=(--mode offline,server --server-calls 30)
       # --time-limit ends it with the summary printed (run 136, H100: 152 small nn shapes in ~300 s).
-      mkdir -p run && gjson="run/graph_${gname}_${glay}.json" && gsecs=${gsecs:-420}
+      mkdir -p run && gjson="run/${gclock}_${gname}_${glay}.json" && gsecs=${gsecs:-420}
       [ -f ".runpack/$(basename "$gjson")" ] && [ ! -f "$gjson" ] && cp ".runpack/$(basename "$gjson")" run/
-      timeout $((gsecs + 30)) cudal2 compare --shapes "$gshapes" --layout "$glay" --mode offline,graph \
+      timeout $((gsecs + 30)) cudal2 compare --shapes "$gshapes" --layout "$glay" "${gargs[@]}" \
         --registry src/cudal2/registry --min-ms 15 --eager-ms 2 --no-table --json "$gjson" --resume \
         --time-limit $((gsecs - 20)) 2>&1 | tail -12
       gzip -c "$gjson" >"$OUT/$(basename "$gjson").gz" ;;
@@ -362,16 +365,23 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # src/cudal2/registry/index.json after checking that only check fields moved), then the decode
       # set on three clocks, the chain floor over every other shape (never run on an H200), then the
       # small class's second half on the graph clock in what is left.
-      # On an H100 (the chain measured on every shape in runs 168 / 170): the decode set, then the
-      # small class's second half on both clocks (bench/graph_small_nt_b.txt; runs 146-156 timed the
-      # first half three times: graph 1.185-1.188).
+      # On an H100 (the chain on every shape in runs 168 / 170, the decode set three times, small nt
+      # on all three clocks): the tiled chain's GPU check (both kinds), the chain with the tiled chain
+      # over every other shape (the bulk kind's first run: is the small target inside a tiled floor?),
+      # then small nn in server mode in what is left (none on the H100 yet).
       nsecs=560; [ "$stage" != next ] && nsecs=${stage#next:}
-      h200=0; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && h200=1
-      [ $h200 = 1 ] && verify_pending
-      bash "$0" decode-set:180
-      [ $h200 = 1 ] && bash "$0" chain:$(( (nsecs - SECONDS - 80) / 2 > 170 ? 170 : (nsecs - SECONDS - 80) / 2 )):2
-      gsecs=$((nsecs - SECONDS - 40))
-      [ $gsecs -gt 60 ] && bash "$0" graph:bench/graph_small_nt_b.txt:nt:$gsecs ;;
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        verify_pending
+        bash "$0" decode-set:180
+        bash "$0" chain:$(( (nsecs - SECONDS - 80) / 2 > 170 ? 170 : (nsecs - SECONDS - 80) / 2 )):2
+        gsecs=$((nsecs - SECONDS - 40))
+        [ $gsecs -gt 60 ] && bash "$0" graph:bench/graph_small_nt_b.txt:nt:$gsecs
+      else
+        bash "$0" tests:tests/test_panel_cuda.py
+        bash "$0" chain:$(( (nsecs - SECONDS) * 2 / 3 - 40 )):2:panels
+        gsecs=$((nsecs - SECONDS - 40))
+        [ $gsecs -gt 60 ] && bash "$0" server:bench/graph_small_nt.txt:nn:$gsecs
+      fi ;;
     *)
       echo "unknown stage $stage" ;;
   esac
