@@ -49,9 +49,9 @@ def rules(problem, dev, n: int) -> tuple[list[str], list[str]]:
     """(model:N's wgmma seeds before 2026-12-07, `model_seeds`' now) as spec texts. Before: the
     first n of `candidates`, lite ones in place of the last quarter under 1 GFLOP (as now), so only
     the cooperative list's first n from 1 GFLOP."""
-    from cudal2.rl.staged import model_seeds
+    from cudal2.rl.staged import lite_seed_count, model_seeds
     from cudal2.tiles import candidate_groups
-    lite = max(1, n // 4) if problem.flops < 1e9 else 0
+    lite = lite_seed_count(n, problem)
     g = candidate_groups(problem, dev, n, lite=lite)
     lites = g["lite"][:lite]
     before = g["cooperative"][:n - len(lites)] + lites
@@ -96,9 +96,11 @@ def summary(shapes: list[dict]) -> dict:
         groups.setdefault(f"{s['class']}/{s['layout']}", []).append(s)
     groups["all"] = shapes
 
-    def gm(xs):
+    from cudal2.stats import geomean
+
+    def gm(xs):                 # a spec that failed everywhere is inf: left out
         xs = [x for x in xs if 0 < x < math.inf]
-        return round(math.exp(sum(map(math.log, xs)) / len(xs)), 4) if xs else None
+        return round(geomean(xs), 4) if xs else None
     return {g: {"shapes": len(ss), "new_vs_old": gm([s["old_us"] / s["new_us"] for s in ss]),
                 "worst": round(min(s["old_us"] / s["new_us"] for s in ss), 4),
                 "old_vs_best_cublas": gm([s["best_cublas_us"] / s["old_us"] for s in ss]),

@@ -188,6 +188,14 @@ def kind_seeds(n: int, problem: Problem, device, backends, kind: str, ranker, to
     return (keep + [v for v in split if v not in keep])[:n]
 
 
+def lite_seed_count(n: int, problem: Problem) -> int:
+    """How many of model:N's n wgmma seeds are lite specs: a quarter (one at least) under 1 GFLOP,
+    none above. Under 1 GFLOP the lite schedule (warp_spec 0) was the best spec of 89 of 304 grid
+    shapes nn and 59 of 210 nt (H200, 2026-12-03, hopper/run36-37); elsewhere it lost (starved,
+    skinny: run 36)."""
+    return max(1, n // 4) if problem.flops < 1e9 else 0
+
+
 def model_seeds(n: int, problem: Problem, device, backends=None) -> list[KernelSpec]:
     """n of the wgmma family's wave-model specs where it can run (sm_90a, cuda backend allowed, a
     measured SM count), else none: the cooperative list best first, then from 1 GFLOP a third of the
@@ -199,9 +207,7 @@ def model_seeds(n: int, problem: Problem, device, backends=None) -> list[KernelS
     from cudal2.tiles import candidate_groups
     if n <= 0 or not _wgmma_runs(device, backends):
         return []
-    # Under 1 GFLOP the lite schedule (warp_spec 0) was the best spec of 89 of 304 grid shapes nn and
-    # 59 of 210 nt (H200, 2026-12-03, hopper/run36-37); elsewhere it lost (starved, skinny: run 36).
-    lite = max(1, n // 4) if problem.flops < 1e9 else 0
+    lite = lite_seed_count(n, problem)
     groups = {k: [s for s in v if is_valid(s, problem, device)]
               for k, v in candidate_groups(problem, device, n, lite=lite).items()}
     lites = groups["lite"][:lite]
