@@ -7,6 +7,7 @@ from typer.testing import CliRunner
 
 from cudal2.cli import app
 from cudal2.problems import Problem
+from cudal2.spec import KernelSpec
 from cudal2.registry import (Entry, Registry, RegistryError, record_cublas, record_winner, sha256_text,
                              shipped_root)
 
@@ -267,6 +268,34 @@ def test_record_winner_margin(tmp_path):
     assert record_winner(tmp_path / "c", {**m, "time_us": 9.9}, src("w"), margin=1.01).backend == "triton"
     with pytest.raises(RegistryError, match="margin"):
         record_winner(tmp_path / "d", m, src("w"), margin=0.99)
+
+
+def test_a_kept_cublas_entry_keeps_the_closest_losing_kernel(tmp_path):
+    """A search that loses on a shape whose cuBLAS entry stays leaves its kernel on that entry when
+    it ran closer to best-cublas (in its own run) than the kernel the entry names: the graph-clock
+    rule times exactly that kernel. A farther one, or one over a guard's re-file, changes nothing."""
+    m = {"spec": TILED, "problem": "256x256x512", "device": DEV, "status": "ok", "time_us": 12.0,
+         "best_cublas_us": 10.0, "baselines_us": {"torch": 10.0, "cublas-nn": 10.5}, "check": {"passed": True},
+         "run_id": 1}
+    first = record_winner(tmp_path, m, src("a"))
+    assert first.backend == "cublas" and first.times["best_kernel_vs_best_cublas"] == pytest.approx(10 / 12)
+    # another run: baselines drifted to 8 us, the kernel at 8.4 (0.952 of best-cublas, closer than 0.833)
+    closer = {**m, "spec": MMA, "time_us": 8.4, "best_cublas_us": 8.0,
+              "baselines_us": {"torch": 8.0, "cublas-nn": 8.2}, "run_id": 2}
+    assert record_winner(tmp_path, closer, src("b")) is None           # the cuBLAS verdict stays ...
+    e = Registry.load(tmp_path).lookup(Problem(256, 256, 512), DEV)
+    assert e.backend == "cublas" and e.time_us == 10.0 and e.best_cublas_us == 10.0     # ... as filed
+    assert e.times["best_kernel_spec"] == KernelSpec.parse(MMA).text and e.times["best_kernel_us"] == 8.4
+    assert e.times["best_kernel_vs_best_cublas"] == pytest.approx(8 / 8.4) and e.times["best_kernel_run"] == 2
+    before = (tmp_path / "index.json").read_bytes()
+    assert record_winner(tmp_path, {**m, "time_us": 11.0, "run_id": 3}, src("c")) is None     # 0.909: farther
+    assert (tmp_path / "index.json").read_bytes() == before
+    reg = Registry.load(tmp_path)
+    guarded = reg.lookup(Problem(256, 256, 512), DEV)
+    guarded.times = {**guarded.times, "refiled": "server 0.95x of torch.matmul under guard 0.97", "server_us": {}}
+    reg.add(guarded, None)
+    assert record_winner(tmp_path, {**closer, "time_us": 8.1, "run_id": 4}, src("d")) is None
+    assert Registry.load(tmp_path).lookup(Problem(256, 256, 512), DEV).times["best_kernel_us"] == 8.4
 
 
 def test_apply_margin_refiles_thin_wins(tmp_path):

@@ -264,13 +264,24 @@ class Registry:
     def add(self, entry: Entry, source_text: str | None, keep=None) -> Entry | None:
         """File `entry` (replacing the problem's old one): write the source, then the index.
         `keep(old)`: given the index's entry of the problem as it is under the lock (or None), True
-        keeps that one and writes nothing (returns None). The filing rules decide here rather than
-        on a load of their own: one read of the index per filing, not two (~0.15 s each at 1,879
-        entries, 2026-12-04), and no writer can slip in between the verdict and the write."""
+        keeps that one and writes nothing (returns None); a cuBLAS Entry of the same problem keeps
+        the old verdict amended (record.py: a losing kernel's evidence), written and returned as
+        None too. The filing rules decide here rather than on a load of their own: one read of the
+        index per filing, not two (~0.15 s each at 1,879 entries, 2026-12-04), and no writer can
+        slip in between the verdict and the write."""
         with locked(self.root):
             # Re-read under the lock so a concurrent writer's entries are kept (no index yet: empty).
             fresh = Registry.load(self.root)
-            if keep is not None and keep(fresh.entries.get(entry.device, {}).get(entry.problem)):
+            verdict = keep(fresh.entries.get(entry.device, {}).get(entry.problem)) if keep is not None else False
+            if isinstance(verdict, Entry):
+                if verdict.backend != "cublas" or verdict.key != entry.key:
+                    raise RegistryError(f"{entry.key}: an amended entry must be the same problem's cuBLAS entry")
+                verdict.validate()
+                fresh.entries[entry.device][entry.problem] = verdict
+                atomic_write(self.root / "index.json", fresh.to_json())
+                self.entries = fresh.entries
+                return None
+            if verdict:
                 self.entries = fresh.entries
                 return None
             _name_source(entry, source_text)
