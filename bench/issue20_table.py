@@ -1,7 +1,9 @@
 """Issue 20's figures from the compares on record, by one command (bench/results/issue20_report.md
 quotes it): per set, cudal2.matmul as dispatched against best-cublas on each clock the compares hold;
 with --chain, how far past the chain floor (bench/chain_floor.py) ours and cuBLAS finish; for a set
-holding the decode shapes, the bandwidth on its HBM-bound ones.
+holding the decode shapes, the bandwidth on its HBM-bound ones; per clock, the split by what
+dispatch served (a generated kernel, or a cuBLAS call) and what the cuBLAS-served shapes would have
+to reach for the set to make its target with the kernel-served ones as they are.
 
   python3 bench/issue20_table.py \
       --set small-nt=bench/results/h100-sm90/pdl/run156_small_nt_graph_3.json.gz,bench/results/h100-sm90/issue20/run169_small_b_nt_graph.json.gz \
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -75,6 +78,26 @@ def clock_table(rows: list[dict]) -> list[dict]:
     return out
 
 
+def by_dispatch(rows: list[dict], target: float | None) -> list[dict]:
+    """Per clock: the geomean over the shapes dispatch served with a generated kernel and over those
+    it served with a cuBLAS call; `needed`: the geomean the cuBLAS-served shapes would need for the
+    whole set to reach `target` with the kernel-served ones unchanged (what a kernel there must do)."""
+    via = {r["shape"]: r.get("cudal2_via") == "kernel" for r in rows}
+    out = []
+    for mode in MODES:
+        r = ratios(rows, mode, None, "dispatched")
+        if not r:
+            continue
+        ker = [v for s, v in r.items() if via.get(s)]
+        cub = [v for s, v in r.items() if not via.get(s)]
+        need = None
+        if target and ker and cub:
+            need = math.exp((len(r) * math.log(target) - sum(map(math.log, ker))) / len(cub))
+        out.append({"mode": mode, "kernel_shapes": len(ker), "kernel": geomean(ker) if ker else None,
+                    "cublas_shapes": len(cub), "cublas": geomean(cub) if cub else None, "needed": need})
+    return out
+
+
 def past_chain(rows: list[dict], chain: dict[tuple, float]) -> list[dict]:
     """Per band of best-cublas's offline time: the median µs ours (as dispatched) and cuBLAS finish
     past the chain's time, and the ceiling best-cublas / chain (geomean)."""
@@ -123,6 +146,14 @@ def markdown(result: dict) -> str:
                 f"{', '.join(c['disturbed'])} ({c['geomean_undisturbed']:.3f}, {c['worst_undisturbed']:.3f})"
             lines.append(f"| {c['mode']} | {c['shapes']} | {c['geomean']:.3f} | {c['mean']:.3f} | {c['worst']:.3f} "
                          f"({c['worst_shape']}) | {c['over_1']} | {dist} |")
+        if s.get("by_dispatch"):
+            f = lambda x: "-" if x is None else f"{x:.3f}"   # noqa: E731
+            lines += ["", f"By what dispatch served (target {s['target']:g}: 'needed' is what the cuBLAS-served "
+                      "shapes would have to reach, the kernel-served ones as they are):", "",
+                      "| clock | kernel shapes | their geomean | cuBLAS shapes | their geomean | needed |",
+                      "| --- | --- | --- | --- | --- | --- |"]
+            lines += [f"| {b['mode']} | {b['kernel_shapes']} | {f(b['kernel'])} | {b['cublas_shapes']} | {f(b['cublas'])} | "
+                      f"{f(b['needed'])} |" for b in s["by_dispatch"]]
         if s.get("past_chain"):
             lines += ["", "Past the chain (offline; median µs over the chain's time, by best-cublas's time):", "",
                       "| band | shapes | ours | cuBLAS | ceiling (best-cublas / chain) | cudal2 |", "| --- | --- | --- | --- | --- | --- |"]
@@ -141,8 +172,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", action="append", required=True, metavar="NAME=COMPARE[,COMPARE...]")
     ap.add_argument("--chain", action="append", default=[], help="chain_floor.py's JSON of the same card; repeatable")
+    ap.add_argument("--target", action="append", default=[], metavar="NAME=X",
+                    help="a set's target geomean (issue 20: small 1.20, skinny 1.25, decode 1.20): adds the split by dispatch")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
+    targets = {}
+    for t in a.target:
+        name, _, x = t.partition("=")
+        try:
+            targets[name] = float(x)
+        except ValueError:
+            raise SystemExit(f"error: --target {t!r}: NAME=X with X a number")
     chain: dict[tuple, float] = {}
     for path in a.chain:
         chain.update({(r["M"], r["N"], r["K"]): r["chain_us"] for r in load_json(path)["rows"] if r["mode"] == "offline"})
@@ -159,7 +199,8 @@ def main(argv=None) -> int:
         result["card"] = result["card"] or ", ".join(sorted(c for c in cards if c))
         result["sets"][name] = {"compares": paths.split(","), "clocks": clock_table(rows),
                                 "past_chain": past_chain(rows, chain) if chain else None,
-                                "bandwidth": bandwidth(rows, bw)}
+                                "bandwidth": bandwidth(rows, bw), "target": targets.get(name),
+                                "by_dispatch": by_dispatch(rows, targets[name]) if name in targets else None}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "issue20_table.json").write_text(json.dumps(result, indent=1) + "\n")

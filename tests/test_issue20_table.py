@@ -61,3 +61,24 @@ def test_the_table_from_two_halves_a_chain_and_the_decode_bandwidth(tmp_path):
         t.main(["--set", f"x={a},{a}", "--out", str(out)])
     with pytest.raises(SystemExit, match="NAME=COMPARE"):
         t.main(["--set", "x", "--out", str(out)])
+
+
+def test_the_split_by_dispatch_says_what_the_cublas_served_shapes_would_need(tmp_path):
+    """Two kernel-served shapes at 1.25 and 1.44 and one torch.matmul-served at 0.98 (no cudal2
+    column: dispatch calls torch.matmul, timed as its own column): for 1.20 over the three the
+    torch-served shape would need 1.2^3 / (1.25 * 1.44) = 0.96, so the target is made as it is."""
+    t = load_bench("issue20_table")
+    torch_row = _row(256, 256, 512, 4.9, None)
+    del torch_row["cudal2_via"], torch_row["offline_cudal2_median_us"]
+    torch_row["offline_torch_median_us"] = 5.0
+    a = _write(tmp_path / "a.json.gz", [_row(64, 64, 128, 5.0, 4.0), _row(128, 64, 128, 7.2, 5.0), torch_row])
+    out = tmp_path / "out"
+    assert t.main(["--set", f"small={a}", "--target", "small=1.2", "--out", str(out)]) == 0
+    s = json.loads((out / "issue20_table.json").read_text())["sets"]["small"]
+    (b,) = s["by_dispatch"]
+    assert b["mode"] == "offline" and b["kernel_shapes"] == 2 and b["cublas_shapes"] == 1
+    assert b["kernel"] == pytest.approx((1.25 * 1.44) ** 0.5) and b["cublas"] == pytest.approx(0.98)
+    assert b["needed"] == pytest.approx(1.2 ** 3 / (1.25 * 1.44))
+    assert "| offline | 2 | 1.342 | 1 | 0.980 | 0.960 |" in (out / "issue20_table.md").read_text()
+    with pytest.raises(SystemExit, match="NAME=X"):
+        t.main(["--set", f"small={a}", "--target", "small=fast", "--out", str(out)])
