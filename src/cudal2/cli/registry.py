@@ -427,6 +427,8 @@ def register(app) -> None:
     reg_app.command("file-cublas")(file_cublas_cmd)
     from .file_graph import file_graph_cmd
     reg_app.command("file-graph")(file_graph_cmd)
+    from .keep_lost import keep_lost_cmd
+    reg_app.command("keep-lost")(keep_lost_cmd)
     from .merge import merge_cmd
     reg_app.command("merge")(merge_cmd)
     app.add_typer(reg_app, name="registry")

@@ -187,3 +187,47 @@ def record_scope(registry_path, problem: str | Problem, device_key: str, points,
         raise RegistryError(str(err)) from None
     e.scope = scope
     return reg.add(e, reg.read_source(e))
+
+
+def keep_lost(registry_path, device_key: str, rows, source: str, dry_run: bool = False) -> tuple[list, dict]:
+    """Give the device's cuBLAS entries the closest losing kernel of sweep rows that never reached
+    the registry (with_lost_kernel's rule, one index write). `rows`: dicts with shape, layout, spec,
+    status ("ok": checked and timed), us and best_cublas_us from one interleaved timing (hopper_sweep /
+    sweep_leads CSVs); `source` names them in each amended entry ("best_kernel_run"). A spec that is
+    not valid for the problem on this device (spec.violations, the one rule) is left out. Returns
+    (the amended entries, {problem: why left alone} for the shapes the rows hold)."""
+    from ..spec import KernelSpec, SpecError, violations
+    from .entry import target_for_key
+    target = target_for_key(device_key)
+    best: dict[str, tuple[float, str, float]] = {}
+    for r in rows:
+        try:
+            if r.get("status") != "ok":
+                continue
+            us, base = float(r["us"]), float(r["best_cublas_us"])
+            p = Problem.parse(f"{r['shape']}:{r['layout']}")
+            spec = KernelSpec.parse(r["spec"])
+        except (KeyError, TypeError, ValueError, SpecError):
+            continue
+        if not (us > 0 and base > 0) or violations(spec, p, target):
+            continue
+        if p.text not in best or base / us > best[p.text][2] / best[p.text][0]:
+            best[p.text] = (us, spec.text, base)
+    reg = Registry.load(registry_path)
+    held = reg.entries.get(device_key, {})
+    amended, skipped = [], {}
+    for prob, (us, spec_text, base) in sorted(best.items()):
+        old = held.get(prob)
+        new = Entry(problem=prob, device=device_key, backend="cublas", time_us=base, best_cublas_us=base,
+                    times={"best_kernel_us": us, "best_kernel_spec": spec_text,
+                           "best_kernel_vs_best_cublas": base / us}, run_id=source)
+        e = with_lost_kernel(old, new)
+        if e is None:
+            skipped[prob] = ("no entry" if old is None else "a kernel entry" if old.backend != "cublas"
+                             else "a guard's or the graph rule's record" if {"refiled", "graph_rule"} & set(old.times)
+                             else f"its kernel on record ran as close or closer ({lost_ratio(old):.3f}x)")
+            continue
+        amended.append(e)
+    if amended and not dry_run:
+        reg.add_many([(e, None) for e in amended])
+    return amended, skipped
