@@ -250,19 +250,20 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         --time-limit $((gsecs - 20)) 2>&1 | tail -12
       gzip -c "$gjson" >"$OUT/$(basename "$gjson").gz" ;;
     lost:*)
-      # lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] (default 240 s, tag 1): bench/graph_clock.py --lost
+      # lost:CLASSES:LAYOUTS[:SECONDS[:TAG[:MIN]]] (default 240 s, tag 1): bench/graph_clock.py --lost
       # --server, the card's cuBLAS entries of CLASSES (e.g. small,skinny) with the best kernel their
       # search measured and did not file, on the offline, graph and server clocks beside the
       # baselines (~3 s a shape): does a shape the offline clock gave to cuBLAS hold a kernel that
       # wins where calls run back to back (graph replays)? Two tags are two independent timings,
       # what `cudal2 registry file-graph` files from. A cut pass resumes from its JSON carried back
-      # as .runpack/lost_CARD_TAG.json.gz (CARD: h200-sm90 / h100-sm90).
-      IFS=: read -r _ lclasses llays lsecs ltag <<<"$stage"
+      # as .runpack/lost_CARD_TAG.json.gz (CARD: h200-sm90 / h100-sm90). MIN: only lost kernels that
+      # ran at least MIN of best-cublas where measured (--lost-min; 0.97 leaves out the hopeless).
+      IFS=: read -r _ lclasses llays lsecs ltag lmin <<<"$stage"
       lres=.runpack/lost_${CARD_KEY:-none}_${ltag:-1}.json.gz; largs=()
       [ -f "$lres" ] && largs=(--resume "$lres")
       timeout $((${lsecs:-240} + 40)) python3 bench/graph_clock.py --out "$OUT" --lost --server \
         --classes "$lclasses" --layouts "$llays" --per-class 400 --families wgmma,mma,stream,tiled \
-        --max-seconds "${lsecs:-240}" --tag "${ltag:-1}" "${largs[@]}" 2>&1 | tail -6
+        --max-seconds "${lsecs:-240}" --tag "${ltag:-1}" --lost-min "${lmin:-0}" "${largs[@]}" 2>&1 | tail -6
       for f in "$OUT"/graph_clock_lost_*_"${ltag:-1}".json; do [ -f "$f" ] && gzip -f "$f"; done ;;
     pairs:*)
       # pairs:FILE[:SECONDS] (default 300): bench/hopper_sweep.py --pairs FILE --n-cands 0, each

@@ -113,11 +113,14 @@ def dispatched_call(e, p, a, b, c) -> tuple[str, object]:
     return target, (lambda: k(a, b, c))
 
 
-def lost_entries(registry, device_key: str, layouts, classes, families) -> list:
-    """--lost: the cuBLAS entries of the layouts and classes with a best lost kernel of the families."""
+def lost_entries(registry, device_key: str, layouts, classes, families, min_ratio: float = 0.0) -> list:
+    """--lost: the cuBLAS entries of the layouts and classes with a best lost kernel of the families,
+    that kernel at least `min_ratio` of best-cublas in its own run (record.lost_ratio; 0: any)."""
+    from cudal2.registry.record import lost_ratio
     return [Lost(e) for e in sorted(registry.all(device_key), key=lambda e: e.problem)
             if e.backend == "cublas" and wanted(e.prob, (e.times or {}).get("best_kernel_spec") or "", layouts,
-                                                classes, families)]
+                                                classes, families)
+            and (not min_ratio or (lost_ratio(e) or 0.0) >= min_ratio)]
 
 
 def bench_shape(e, dev, args, variants: dict[str, dict], first: str = "filed") -> dict:
@@ -188,6 +191,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-seconds", type=float, default=300.0, help="start no shape after this many seconds")
     ap.add_argument("--lost", action="store_true", help="time the cuBLAS entries' best lost kernels instead "
                     "of the filed kernels (see the module's text)")
+    ap.add_argument("--lost-min", type=float, default=0.0, help="--lost: only kernels that ran at least this "
+                    "ratio of best-cublas where they were measured (file-graph files none under 1.00 offline; "
+                    "0.97 keeps those noise could lift, H100 2026-12-07: 95 of 159 small)")
     ap.add_argument("--server", action="store_true", help="also time server mode (cold L2, random idle gaps; "
                     "PROTOCOL's mean): the ratio `cudal2 registry file-graph` guards with")
     ap.add_argument("--server-calls", type=int, default=50, help="server-mode calls per candidate")
@@ -225,7 +231,7 @@ def main(argv=None) -> int:
     from cudal2.versions import collect, source_commit
     dev = current()
     reg = Registry.load(None)
-    found = lost_entries(reg, dev.key, layouts, classes, families) if args.lost else \
+    found = lost_entries(reg, dev.key, layouts, classes, families, args.lost_min) if args.lost else \
         entries(reg, dev.key, layouts, classes, 1, families)
     todo = [e for e in found if not args.max_us or (e.time_us and e.time_us <= args.max_us)]
     todo = pick(todo, args.per_class)

@@ -97,3 +97,12 @@ def test_lost_takes_the_cublas_entries_best_unfiled_kernel(tmp_path):
     got = gc.lost_entries(Registry.load(tmp_path), "h200-sm90", ["nt"], ["small"], ["wgmma", "tiled"])
     assert sorted(e.problem for e in got) == ["512x512x512:nt", "64x64x64:nt"]
     assert gc.lost_entries(Registry.load(tmp_path), "h100-sm90", ["nn", "nt"], ["small"], ["wgmma"]) == []
+    # --lost-min: 5.6 / 5.5 = 1.018 of best-cublas where measured; an amended entry's own ratio counts
+    assert len(gc.lost_entries(Registry.load(tmp_path), "h200-sm90", ["nt"], ["small"], ["wgmma", "tiled"], 1.018)) == 2
+    assert gc.lost_entries(Registry.load(tmp_path), "h200-sm90", ["nt"], ["small"], ["wgmma", "tiled"], 1.02) == []
+    reg = Registry.load(tmp_path)
+    e = reg.entries["h200-sm90"]["64x64x64:nt"]
+    e.times = {**e.times, "best_kernel_vs_best_cublas": 0.96}
+    reg.add(e, None)
+    got = gc.lost_entries(Registry.load(tmp_path), "h200-sm90", ["nt"], ["small"], ["wgmma", "tiled"], 0.97)
+    assert [x.problem for x in got] == ["512x512x512:nt"]
