@@ -6,7 +6,7 @@
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]] (server:... too)
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
 # profile19[:SECONDS] profile-starved[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] decode-set[:SECONDS]
-# chain[:SECONDS[:EVERY[:panels]]] pending next[:SECONDS].
+# chain[:SECONDS[:EVERY[:panels]]] pending next[:SECONDS] next-probe[:SECONDS].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -367,9 +367,12 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # set on three clocks, the chain floor over every other shape (never run on an H200), then the
       # small class's second half on the graph clock in what is left.
       # On an H100 (the chain on every shape in runs 168 / 170, the decode set three times, small nt
-      # on all three clocks): the tiled chain's GPU check (both kinds), the chain with the tiled chain
-      # over every other shape (the bulk kind's first run: is the small target inside a tiled floor?),
-      # then small nn in server mode in what is left (none on the H100 yet).
+      # on all three clocks; rewritten 2026-12-07 18:50): two independent timings of the small
+      # cuBLAS entries' lost kernels that ran >= 0.97 of best-cublas where measured (102 since
+      # `registry keep-lost`), what `cudal2 registry file-graph` files from: on the graph clock the
+      # small class misses 1.20 only on its cuBLAS-served shapes, which would need 1.075-1.082
+      # there (issue20_table.py --target), and kernels at < 1.02 offline ran >= 1.03 on graph
+      # replays on 75 of 76 kernel-served shapes. The tiled chain's probe is `next-probe`.
       nsecs=560; [ "$stage" != next ] && nsecs=${stage#next:}
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         verify_pending
@@ -378,14 +381,23 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         gsecs=$((nsecs - SECONDS - 40))
         [ $gsecs -gt 60 ] && bash "$0" graph:bench/graph_small_nt_b.txt:nt:$gsecs
       else
-        bash "$0" tests:tests/test_panel_cuda.py
-        # the tiled chain only where both kinds passed their check on this card (a hung or wrong
-        # bulk kernel would stop the chain stage at its first shape)
-        tiled=; grep -q " passed" "$OUT/gpu_tests.txt" && ! grep -qiE "failed|error" "$OUT/gpu_tests.txt" && tiled=:panels
-        bash "$0" chain:$(( (nsecs - SECONDS) * 2 / 3 - 40 )):2$tiled
-        gsecs=$((nsecs - SECONDS - 40))
-        [ $gsecs -gt 60 ] && bash "$0" server:bench/graph_small_nt.txt:nn:$gsecs
+        lsecs=$(( (nsecs - SECONDS - 100) / 2 ))
+        bash "$0" lost:small:nt,nn:$lsecs:1:0.97
+        lsecs=$((nsecs - SECONDS - 60))
+        bash "$0" lost:small:nt,nn:$lsecs:2:0.97
       fi ;;
+    next-probe|next-probe:*)
+      # next-probe[:SECONDS] (default 560): on an H100, the tiled chain's GPU check (both kinds), the
+      # chain with the tiled chain over every other shape (the bulk kind's first run: is the small
+      # target inside a tiled floor?), then small nn in server mode in what is left (none on the H100).
+      nsecs=560; [ "$stage" != next-probe ] && nsecs=${stage#next-probe:}
+      bash "$0" tests:tests/test_panel_cuda.py
+      # the tiled chain only where both kinds passed their check on this card (a hung or wrong
+      # bulk kernel would stop the chain stage at its first shape)
+      tiled=; grep -q " passed" "$OUT/gpu_tests.txt" && ! grep -qiE "failed|error" "$OUT/gpu_tests.txt" && tiled=:panels
+      bash "$0" chain:$(( (nsecs - SECONDS) * 2 / 3 - 40 )):2$tiled
+      gsecs=$((nsecs - SECONDS - 40))
+      [ $gsecs -gt 60 ] && bash "$0" server:bench/graph_small_nt.txt:nn:$gsecs ;;
     *)
       echo "unknown stage $stage" ;;
   esac
