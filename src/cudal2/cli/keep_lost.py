@@ -7,8 +7,9 @@ best_cublas_us) and changes no dispatch.
     cudal2 registry keep-lost RUN_sweep.csv ... --device h100-sm90 --registry DIR [--dry-run]
 
 Why: before 2026-12-07 a search that lost on a shape whose cuBLAS entry stayed dropped its kernel
-(record.with_lost_kernel has the rule now). The H100's sweeps of runs 134-145 measured one on 154
-small cuBLAS entries that name none.
+(record.with_lost_kernel has the rule now). The H100's sweeps of runs 134-145 measured one on 241
+cuBLAS entries that named none or a farther one (159 small, 82 skinny). A sweep row is "ok" when it
+passed the random check; file-graph's kernels are pending the full checker on the card.
 """
 from __future__ import annotations
 

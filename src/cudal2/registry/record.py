@@ -82,7 +82,7 @@ def with_lost_kernel(old: Entry | None, new: Entry) -> Entry | None:
     """`old` (a cuBLAS entry that stays) with `new`'s losing kernel as the best kernel on record,
     where that kernel ran closer to best-cublas in its own run than the one `old` names (or `old`
     names none); None leaves `old` as it is. Why: the H100's small / skinny sweeps (runs 134-145,
-    2026-12-06) measured a kernel on ~210 shapes whose cuBLAS entries they kept, and dropped it, so
+    2026-12-06) measured a kernel on 241 shapes whose cuBLAS entries they kept, and dropped it, so
     the graph-clock rule (graph_rule.py), which times exactly the kernel an entry names, never saw
     them. A guard's re-file (`refiled`: lost_cold reads its spec) and a graph-rule record are left
     alone: their spec is the evidence of a later timing."""
