@@ -193,7 +193,7 @@ def main(argv=None) -> int:
                     "of the filed kernels (see the module's text)")
     ap.add_argument("--lost-min", type=float, default=0.0, help="--lost: only kernels that ran at least this "
                     "ratio of best-cublas where they were measured (file-graph files none under 1.00 offline; "
-                    "0.97 keeps those noise could lift, H100 2026-12-07: 95 of 159 small)")
+                    "0.97 keeps those noise could lift, H100 2026-12-07: 102 of 166 small)")
     ap.add_argument("--server", action="store_true", help="also time server mode (cold L2, random idle gaps; "
                     "PROTOCOL's mean): the ratio `cudal2 registry file-graph` guards with")
     ap.add_argument("--server-calls", type=int, default=50, help="server-mode calls per candidate")

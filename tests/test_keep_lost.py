@@ -1,6 +1,6 @@
 """`cudal2 registry keep-lost` on a made-up registry and sweep CSV (numbers are the test's): the
-closest checked kernel of a shape lands on its cuBLAS entry, not on a kernel entry nor a guard's
-re-file; a failed row, an invalid spec and a farther kernel change nothing; the shipped registry
+closest checked kernel of a shape lands on its cuBLAS entry, not on a kernel entry, a guard's re-file
+or an entry that names a kernel already; a failed row and an invalid spec change nothing; the shipped registry
 and a file that is not a sweep CSV are refused."""
 import json
 
@@ -13,6 +13,7 @@ from cudal2.spec import KernelSpec
 
 DEV = "h100-sm90"
 WG = "backend=cuda family=wgmma bm=64 bn=64 bk=64 warps=8 stages=4"
+MMA = "backend=cuda family=mma bm=64 bn=64 bk=32 warps=4 stages=4"
 TILED = "backend=triton family=tiled bm=64 bn=64 bk=64 warps=4 stages=4 group_m=8"
 runner = CliRunner()
 HEAD = "shape,layout,class,spec,status,best_cublas,best_cublas_us,us,spread,vs_best_cublas,tflops,cluster_ctas,from,baselines_missing"
@@ -59,12 +60,13 @@ def test_keep_lost_keeps_the_closest_checked_kernel_on_cublas_entries_only(tmp_p
     assert e.times["best_kernel_run"] == "run1_sweep.csv"
     assert reg.entries[DEV]["128x128x512:nt"].times["best_kernel_us"] == 6.3
     assert reg.entries[DEV]["512x512x512:nt"].backend == "triton"
-    # a later sweep with a farther kernel changes nothing
+    # a later sweep changes nothing, farther or closer: the entry names a kernel now
     before = (tmp_path / "reg" / "index.json").read_bytes()
     far = tmp_path / "run2_sweep.csv"
-    far.write_text("\n".join([HEAD, _row("256x256x512", WG, "ok", 6.0, 7.0)]) + "\n")
+    far.write_text("\n".join([HEAD, _row("256x256x512", WG, "ok", 6.0, 7.0), _row("256x256x512", MMA, "ok", 6.0, 5.9)])
+                   + "\n")
     r = runner.invoke(app, ["registry", "keep-lost", str(far), "--device", DEV, "--registry", str(tmp_path / "reg")])
-    assert r.exit_code == 0 and "ran as close or closer" in r.output
+    assert r.exit_code == 0 and "1: it names a kernel already" in r.output
     assert (tmp_path / "reg" / "index.json").read_bytes() == before
 
 

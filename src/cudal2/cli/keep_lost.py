@@ -1,5 +1,5 @@
-"""`cudal2 registry keep-lost`: a card's cuBLAS entries take the closest losing kernel that a sweep
-measured on their shape and that never reached the registry, so the graph-clock rule (`cudal2
+"""`cudal2 registry keep-lost`: a card's cuBLAS entries that name no losing kernel take the closest
+one a sweep measured on their shape and that never reached the registry, so the graph-clock rule (`cudal2
 registry file-graph` over bench/graph_clock.py --lost timings) can time it. CPU only: it reads the
 sweep CSVs (bench/hopper_sweep.py / sweep_leads.py rows: shape, layout, spec, status, us,
 best_cublas_us) and changes no dispatch.
@@ -7,8 +7,9 @@ best_cublas_us) and changes no dispatch.
     cudal2 registry keep-lost RUN_sweep.csv ... --device h100-sm90 --registry DIR [--dry-run]
 
 Why: before 2026-12-07 a search that lost on a shape whose cuBLAS entry stayed dropped its kernel
-(record.with_lost_kernel has the rule now). The H100's sweeps of runs 134-145 measured one on 241
-cuBLAS entries that named none or a farther one (159 small, 82 skinny). A sweep row is "ok" when it
+(record.with_lost_kernel has the rule now). The H100's sweeps of runs 134-145 measured one on 211
+cuBLAS entries that named none. An entry that names a search's kernel keeps it: a sweep's shorter
+timing "closer" than a search's is as likely noise. A sweep row is "ok" when it
 passed the random check; file-graph's kernels are pending the full checker on the card.
 """
 from __future__ import annotations
@@ -45,7 +46,7 @@ def keep_lost_cmd(
                                  "`cudal2 registry export DIR` first)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print what would be kept, write nothing"),
 ) -> None:
-    """Keep the closest losing kernel of sweeps on the cuBLAS entries they measured (see --help)."""
+    """Keep the closest losing kernel of sweeps on the cuBLAS entries that name none (see --help)."""
     from .errors import fail
     from ..registry import Registry, RegistryError
     from ..registry.record import keep_lost

@@ -82,7 +82,7 @@ def with_lost_kernel(old: Entry | None, new: Entry) -> Entry | None:
     """`old` (a cuBLAS entry that stays) with `new`'s losing kernel as the best kernel on record,
     where that kernel ran closer to best-cublas in its own run than the one `old` names (or `old`
     names none); None leaves `old` as it is. Why: the H100's small / skinny sweeps (runs 134-145,
-    2026-12-06) measured a kernel on 241 shapes whose cuBLAS entries they kept, and dropped it, so
+    2026-12-06) measured a kernel on 211 shapes whose cuBLAS entries they kept, and dropped it, so
     the graph-clock rule (graph_rule.py), which times exactly the kernel an entry names, never saw
     them. A guard's re-file (`refiled`: lost_cold reads its spec) and a graph-rule record are left
     alone: their spec is the evidence of a later timing."""
@@ -190,8 +190,8 @@ def record_scope(registry_path, problem: str | Problem, device_key: str, points,
 
 
 def keep_lost(registry_path, device_key: str, rows, source: str, dry_run: bool = False) -> tuple[list, dict]:
-    """Give the device's cuBLAS entries the closest losing kernel of sweep rows that never reached
-    the registry (with_lost_kernel's rule, one index write). `rows`: dicts with shape, layout, spec,
+    """Give the device's cuBLAS entries that name no losing kernel the closest one of sweep rows
+    that never reached the registry (with_lost_kernel's record, one index write). `rows`: dicts with shape, layout, spec,
     status ("ok": checked and timed), us and best_cublas_us from one interleaved timing (hopper_sweep /
     sweep_leads CSVs); `source` names them in each amended entry ("best_kernel_run"). A spec that is
     not valid for the problem on this device (spec.violations, the one rule) is left out. Returns
@@ -221,11 +221,14 @@ def keep_lost(registry_path, device_key: str, rows, source: str, dry_run: bool =
         new = Entry(problem=prob, device=device_key, backend="cublas", time_us=base, best_cublas_us=base,
                     times={"best_kernel_us": us, "best_kernel_spec": spec_text,
                            "best_kernel_vs_best_cublas": base / us}, run_id=source)
-        e = with_lost_kernel(old, new)
+        # A sweep fills an entry that names no kernel; it does not replace one a search measured
+        # (its 30 ms pass): across runs of different lengths "closer" is as likely noise (the H200's
+        # sweeps would have replaced 355 searches' kernels, 2026-12-07).
+        e = None if old is not None and old.times.get("best_kernel_spec") else with_lost_kernel(old, new)
         if e is None:
             skipped[prob] = ("no entry" if old is None else "a kernel entry" if old.backend != "cublas"
                              else "a guard's or the graph rule's record" if {"refiled", "graph_rule"} & set(old.times)
-                             else f"its kernel on record ran as close or closer ({lost_ratio(old):.3f}x)")
+                             else "it names a kernel already")
             continue
         amended.append(e)
     if amended and not dry_run:
