@@ -78,7 +78,7 @@ def test_cli_examples_run(workdir):
         if "--replay" in cmd and "--cost-model" not in cmd:
             replay_err = r.stderr
     outs = dict(ran)
-    assert len(ran) == 16
+    assert len(ran) == 17
     interp = next(o for c, o in ran if "--interpret" in c)
     assert interp.count("PASS") == 6
     replay = next(o for c, o in ran if "--replay" in c)
@@ -117,6 +117,10 @@ def test_cli_examples_run(workdir):
     assert m and m[1] == m[2] and int(m[1]) + int(m[3]) == 1000 and int(m[1]) > 500, filed
     # the README's sequence re-filed nothing in runs/my-registry since its export (add-timings and
     # file-cublas ran on the shipped one or dry), so joining the shipped one back moves nothing
+    # the shipped registry already holds run 137's sweep kernels (keep-lost, 2026-12-07): every
+    # cuBLAS entry it measured names a kernel, so nothing more is kept
+    kept = next(o for c, o in ran if c.startswith("cudal2 registry keep-lost"))
+    assert "h100-sm90: would keep a losing kernel on 0 cuBLAS entries" in kept and "it names a kernel already" in kept
     merged = next(o for c, o in ran if c.startswith("cudal2 registry merge"))
     assert "would merge into runs/my-registry: 0 added, 0 replaced, 0 kept" in merged, merged
     probs = outs["cudal2 problems --hf-config config.json --tokens 1,16,128,2048"].split()
