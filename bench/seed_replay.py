@@ -17,9 +17,7 @@ The figure is the seed list's best, not a search's result: the search goes on fr
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
-import gzip
 import json
 import math
 import sys
@@ -32,10 +30,8 @@ def read_sweep(path: Path) -> tuple[dict, list[dict]]:
     meta_path = path.with_name(stem + ".json")
     if not meta_path.is_file():
         raise SystemExit(f"{path}: no {meta_path.name} beside it (the sweep's card is read from there)")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", newline="") as f:
-        rows = list(csv.DictReader(f))
-    return json.loads(meta_path.read_text()), rows
+    from cudal2.report import read_rows_csv
+    return json.loads(meta_path.read_text()), read_rows_csv(path)
 
 
 def sweep_device(meta: dict, sm_count: int):

@@ -15,7 +15,6 @@ shapes, one `MxNxK` a line per layout file (`SHAPES.nt.txt`, `SHAPES.nn.txt`), f
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -59,10 +58,8 @@ def main(argv=None) -> int:
     ap.add_argument("--registry", help="the registry whose entries a winner must beat (default: shipped)")
     ap.add_argument("--device", default="h200-sm90", help="the registry's device key the sweeps ran on")
     args = ap.parse_args(argv)
-    rows = []
-    for path in args.sweeps:
-        with open(path, newline="") as f:
-            rows += list(csv.DictReader(f))
+    from cudal2.report import read_rows_csv
+    rows = [r for path in args.sweeps for r in read_rows_csv(path)]
     best = winners(rows, args.min_ratio)
     filed = filed_speedups(args.registry, args.device)
     keep = {k: r for k, r in best.items() if float(r["vs_best_cublas"]) > filed.get(f"{k[0]}:{k[1]}", 0.0)}

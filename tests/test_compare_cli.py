@@ -353,3 +353,17 @@ def test_write_rows_csv_keeps_comments_and_every_rows_keys(tmp_path):
     assert path.read_text().splitlines() == ["# python3 bench/x.py --out o", "# device h200-sm90 commit abc",
                                              "shape,us,note", "1x8x8:nt,4.5,", "2x8x8:nt,,x"]
     assert write_rows_csv(tmp_path / "u.csv", [{"a": 1}]).read_text().splitlines() == ["a", "1"]
+
+
+def test_read_rows_csv_reads_write_rows_csv_back_plain_or_gzipped(tmp_path):
+    """report.read_rows_csv: the table write_rows_csv wrote, its comment lines skipped, cells as
+    strings (an empty cell ""), from a .csv or the same bytes gzipped."""
+    import gzip
+
+    from cudal2.report import read_rows_csv, write_rows_csv
+    rows = [{"shape": "1x8x8", "us": 4.5}, {"shape": "2x8x8", "note": "x"}]
+    path = write_rows_csv(tmp_path / "t.csv", rows, ("python3 bench/hopper_sweep.py --out o",))
+    want = [{"shape": "1x8x8", "us": "4.5", "note": ""}, {"shape": "2x8x8", "us": "", "note": "x"}]
+    assert read_rows_csv(path) == want
+    (tmp_path / "t.csv.gz").write_bytes(gzip.compress(path.read_bytes()))
+    assert read_rows_csv(tmp_path / "t.csv.gz") == want

@@ -92,6 +92,14 @@ def write_rows_csv(path, rows: Sequence[Mapping], comments: Sequence[str] = ()) 
     return path
 
 
+def read_rows_csv(path) -> list[dict]:
+    """write_rows_csv's table back (plain or .gz), its `# ` comment lines skipped; cells as strings."""
+    import gzip
+    path = Path(path)
+    with (gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="")) as f:
+        return list(csv.DictReader(ln for ln in f if not ln.startswith("#")))
+
+
 def read_csv(path) -> tuple[list[dict], dict]:
     meta, body = {}, []
     for line in Path(path).read_text().splitlines():

@@ -14,8 +14,6 @@ passed the random check; file-graph's kernels are pending the full checker on th
 """
 from __future__ import annotations
 
-import csv
-import gzip
 from collections import Counter
 from pathlib import Path
 from typing import List
@@ -28,10 +26,8 @@ def _rows(path: str) -> list[dict]:
     if not p.is_file():
         from .errors import fail
         fail(f"{path}: no such file", code=1)
-    opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "rt", newline="") as f:
-        lines = [ln for ln in f if not ln.startswith("#")]      # a sweep CSV may open with its command
-    rows = list(csv.DictReader(lines))
+    from ..report import read_rows_csv
+    rows = read_rows_csv(p)
     need = {"shape", "layout", "spec", "status", "us", "best_cublas_us"}
     if rows and not need <= set(rows[0]):
         from .errors import fail
