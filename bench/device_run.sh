@@ -6,7 +6,7 @@
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]] (server:... too)
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
 # profile19[:SECONDS] profile-starved[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] decode-set[:SECONDS]
-# chain[:SECONDS[:EVERY[:panels]]] pending next[:SECONDS] next-probe[:SECONDS].
+# chain[:SECONDS[:EVERY[:panels]]] pending next[:SECONDS] next-probe[:SECONDS] stream-small[:LAYOUT[:SECONDS]].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -176,6 +176,19 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       timeout $((secs + 120)) python3 bench/hopper_sweep.py --out "$OUT" --layouts "$lay" --tag "${name}_$lay" \
         --shapes "$(grep -v '^#' "$list" | cut -d' ' -f1 | paste -sd, -)" --n-cands 8 --lite 0 \
         "${xopt[@]}" --time-limit "$secs" 2>&1 | tee "/tmp/sweep_${name}_$lay.log" | tail -12; fi ;;
+    stream-small|stream-small:*)
+      # stream-small[:LAYOUT[:SECONDS]] (defaults nt, 300): issue 20's small class past 64 tokens, where
+      # the stream family was refused until 2026-12-07: bench/stream_small.py writes the one-wave
+      # rule's specs for this card's cuBLAS-served small grid shapes (~60 a layout, ~4 specs each),
+      # timed beside the baselines by bench/hopper_sweep.py --pairs (10 ms a function). Files nothing:
+      # `bash bench/sweep_file.sh stream_small LAYOUT ...` files its winners.
+      IFS=: read -r _ slay ssecs <<<"$stage"; slay=${slay:-nt}; ssecs=${ssecs:-300}
+      mkdir -p run && if python3 bench/stream_small.py --layout "$slay" --registry src/cudal2/registry \
+          --out "run/stream_small_$slay.pairs"; then
+        timeout $((ssecs + 120)) python3 bench/hopper_sweep.py --out "$OUT" --layouts "$slay" --tag "stream_small_$slay" \
+          --pairs "run/stream_small_$slay.pairs" --n-cands 0 --time-limit "$ssecs" 2>&1 \
+          | tee "/tmp/sweep_stream_small_$slay.log" | tail -12
+      fi ;;
     bk|bk:*)
       # bk[:SECONDS] (default 200): issue 19's k-tile depth. The wave model's 6 best specs of 6 grid nt
       # shapes of each class (small, shortK, starved, mid, large) again at bk 32 and 128, each with

@@ -5,7 +5,8 @@
 #   bash bench/sweep_file.sh NAME LAYOUT SWEEP_S SEARCH_S COMPARE_S [EXTRA]
 #
 #   1. bench/device_run.sh sweep:NAME:LAYOUT:SWEEP_S[:EXTRA]   the wave model's specs over
-#                                                      bench/NAME.txt (and bench/EXTRA.txt's specs)
+#                                                      bench/NAME.txt (and bench/EXTRA.txt's specs);
+#                                                      NAME stream_small: the stream-small stage instead
 #   2. bench/sweep_leads.py                            the winners that beat the filed entry
 #   3. SET=sweep-LAYOUT bench/grid_search.sh search    each lead screened, re-checked, timed in
 #                                                      full and filed where it wins (run/registry)
@@ -19,7 +20,9 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
 logs=$(mktemp -d)
-OUT="$OUT" bash "$(dirname "$0")/device_run.sh" "sweep:$name:$lay:$sweep_s${extra:+:$extra}" 2>&1 | tail -14
+stage="sweep:$name:$lay:$sweep_s${extra:+:$extra}"
+[ "$name" = stream_small ] && stage="stream-small:$lay:$sweep_s"     # the stream rule's specs, not the wave model's
+OUT="$OUT" bash "$(dirname "$0")/device_run.sh" "$stage" 2>&1 | tail -14
 # the sweep's whole log (its per-shape elapsed lines: where a shape's ~6 s go, runs 135-139 lost them
 # to the tail above) goes back in logs.tgz
 cp "/tmp/sweep_${name}_$lay.log" "$logs/sweep.log" 2>/dev/null

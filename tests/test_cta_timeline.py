@@ -269,7 +269,7 @@ def test_stamped_launch_reads_back_in_event_order(gpu_device, tmp_path):
 
 
 @pytest.mark.parametrize("stage,at_least", [("probe", 6), ("next", 0), ("next-probe", 1), ("ring", 2),
-                                            ("small_sweep", 1)])
+                                            ("small_sweep", 1), ("stream-small", 2)])
 def test_the_probe_stage_names_what_exists(stage, at_least):
     """bench/device_run.sh's probe and next stages (a card session's first call), the stages next
     runs and a function name GPU tests, a cases file, scripts and other stages by name: a typo there

@@ -99,11 +99,15 @@ def test_invalid_specs_name_the_field(backend, hopper, monkeypatch, text, proble
     assert e.value.field == field, str(e.value)
 
 
-def test_policy_mask_offers_stream_only_on_skinny(hopper):
+def test_policy_mask_offers_stream_only_on_skinny_and_small(hopper):
     prefix = {"backend": "cuda"}
     assert "stream" in valid_values(prefix, "family", Problem(1, 4096, 4096, "nt"), hopper)
     assert "stream" in valid_values(prefix, "family", Problem(16384, 64, 4096, "nn"), hopper)
-    assert "stream" not in valid_values(prefix, "family", Problem(128, 4096, 4096, "nt"), hopper)
+    assert "stream" not in valid_values(prefix, "family", Problem(128, 4096, 4096, "nt"), hopper)   # 4.3 GFLOP
+    # the small class (< 1 GFLOP, any min(M, N)) since 2026-12-07; 1000 x 500 x 1000 is just 1 GFLOP
+    assert "stream" in valid_values(prefix, "family", Problem(256, 256, 512, "nt"), hopper)
+    assert "stream" in valid_values(prefix, "family", Problem(999, 500, 1000, "nn"), hopper)
+    assert "stream" not in valid_values(prefix, "family", Problem(1000, 500, 1000, "nn"), hopper)
 
 
 def test_defaults_and_fixed_list(hopper):
@@ -114,7 +118,8 @@ def test_defaults_and_fixed_list(hopper):
             assert is_valid(default_spec("stream", p, hopper), p, hopper)
             fams = {s.family for s in FixedListPolicy.candidates(p, hopper, ("cuda",))}
             assert "stream" in fams
-    assert "stream" not in {s.family for s in FixedListPolicy.candidates(Problem(512, 512, 512), hopper)}
+    assert "stream" not in {s.family for s in FixedListPolicy.candidates(Problem(1024, 1024, 1024), hopper)}
+    assert "stream" in {s.family for s in FixedListPolicy.candidates(Problem(512, 512, 512), hopper)}   # 0.27 GFLOP
 
 
 def test_plan_picks_the_large_operand():
@@ -122,6 +127,7 @@ def test_plan_picks_the_large_operand():
     assert plan(spec, 7, 4096, 4096) == (ENTRY_B, (64, 1, 4))
     assert plan(spec, 4096, 33, 4096) == (ENTRY_A, (64, 3, 4))
     assert plan(spec, 64, 64, 64) == (ENTRY_B, (1, 4, 4))
+    assert plan(spec, 300, 200, 64) == (ENTRY_A, (5, 13, 4))          # small class: tokens past 64
 
 
 def _emulator():
@@ -136,6 +142,8 @@ def _emulator():
     (40, 3, 200, "nt", 16, 16, 2, 2, 2), (40, 5, 104, "nn", 32, 16, 2, 2, 1), (17, 17, 64, "nn", 16, 16, 2, 2, 1),
     (9, 136, 96, "nn", 64, 16, 2, 2, 3), (2, 160, 64, "nn", 128, 16, 2, 2, 1), (20, 33, 72, "nt", 16, 32, 2, 2, 1),
     (1, 24, 8, "nt", 16, 16, 2, 2, 1),
+    # small-class shapes with min(M, N) > 64 (2026-12-07): several token tiles, ragged on both axes
+    (72, 100, 64, "nt", 16, 32, 2, 2, 1), (100, 72, 48, "nn", 16, 64, 2, 2, 2), (70, 136, 40, "nn", 32, 32, 2, 2, 1),
 ], ids=str)
 def test_emulated_index_math_is_exact(case):
     M, N, K, layout, bm, bn, warps, stages, split = case

@@ -1,5 +1,6 @@
 """The stream family (decode / skinny) through the PROTOCOL checker on a GPU: M in {1, 2, 3, 7, 16,
 33, 64} against every N, K in {64, 1000, 4096, 14336}, both layouts, the skinny-N mirror (A large),
+small-class shapes with more than 64 tokens,
 split-K bit-identical across runs and across two streams, the bound launch equal to the checked one.
 
 Run on an H200:  python3 -m pytest -q -m gpu tests/test_stream_gpu.py     (a few minutes)
@@ -30,6 +31,9 @@ NK_SIZES = (64, 1000, 4096, 14336)
 # random / exact / poison / guard / fresh kind, a spec of SPECS each); edges once per spec and layout.
 CASES = [(m, n, k) for m in MS for n in NK_SIZES for k in NK_SIZES]
 MIRROR = [(4096, 7, 4096), (1000, 33, 1000), (14336, 1, 4096), (4096, 64, 14336), (17, 3, 64), (3000, 16, 1000)]
+# The small class past 64 tokens (< 1 GFLOP, served since 2026-12-07): several token tiles, ragged
+# against every tile (N % 8 == 0 where M <= N: nn streams B by 16-byte rows there).
+SMALL = [(100, 136, 72), (257, 304, 520), (1000, 200, 1000), (72, 4096, 1000), (4000, 100, 64), (129, 136, 4096)]
 _KERNELS: dict = {}
 
 
@@ -54,6 +58,19 @@ def test_checker(gpu_device, shape, layout):
     p = Problem(*shape, layout)
     keys = list(SPECS)[sum(shape) % len(SPECS):] + list(SPECS)     # a spread, skipping invalid splits
     key = next(k for k in keys if is_valid(KernelSpec.parse("backend=cuda family=stream " + SPECS[k]), p, gpu_device))
+    k = _kernel(key, p, gpu_device)
+    rep = check_kernel(k, p, "cuda", checks=[c for c in CHECKS if c != "edges"])
+    assert rep.passed, _report(rep, f"{p} {SPECS[key]}")
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+@pytest.mark.parametrize("shape", SMALL, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("key", ["s1", "t64"])
+def test_checker_small(gpu_device, shape, layout, key):
+    """More tokens than one CTA's tile (min(M, N) > 64, the small class): every token tile of a
+    ragged grid written once; a split-K spec and one without, two token widths (16 / 64 wide
+    tiles are the other keys' and the rule's)."""
+    p = Problem(*shape, layout)
     k = _kernel(key, p, gpu_device)
     rep = check_kernel(k, p, "cuda", checks=[c for c in CHECKS if c != "edges"])
     assert rep.passed, _report(rep, f"{p} {SPECS[key]}")

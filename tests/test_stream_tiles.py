@@ -17,7 +17,8 @@ H200 = dataclasses.replace(DeviceInfo.target("sm_90a"), name="NVIDIA H200", sm_c
 
 
 @pytest.mark.parametrize("shape", ["1x4096x4096:nt", "7x1000x4096:nt", "16x14336x4096:nt", "1x512x3584:nt",
-                                   "33x4096x1000", "4096x7x4096", "64x8192x8192:nt", "3x3000x120:nt", "2x1000x16:nt"])
+                                   "33x4096x1000", "4096x7x4096", "64x8192x8192:nt", "3x3000x120:nt", "2x1000x16:nt",
+                                   "256x256x512:nt", "512x2048x256", "100x130x72:nt"])     # small, > 64 tokens
 def test_one_wave_valid_and_distinct(shape):
     p = Problem.parse(shape)
     specs = stream_candidates(p, H200, 8)
@@ -27,7 +28,10 @@ def test_one_wave_valid_and_distinct(shape):
         ctas = math.ceil(max(p.M, p.N) / s.bm) * math.ceil(min(p.M, p.N) / s.bn) * s.split_k
         per_sm = H200.smem_per_sm // (stream_smem(s.to_dict(), p.layout) + 1024)
         assert ctas <= per_sm * H200.sm_count           # every CTA resident at once
-        assert s.bn >= min(min(p.M, p.N), 64) or s.bn == 64      # the token tile covers the tokens
+        if min(p.M, p.N) <= 64:
+            assert s.bn >= min(p.M, p.N) or s.bn == 64         # the token tile covers the tokens
+        else:
+            assert s.bn in (32, 64)                            # more tokens: the two widest token tiles
 
 
 def test_first_pick_is_the_measured_best_where_the_sweep_agrees():
@@ -47,6 +51,7 @@ def test_split_k_only_where_the_tiles_leave_sms_idle():
 
 def test_none_outside_the_family():
     assert stream_candidates(Problem.parse("128x4096x4096:nt"), H200, 8) == []
+    assert stream_candidates(Problem.parse("1024x1024x1024:nt"), H200, 8) == []      # 2.1 GFLOP: not small
     assert stream_candidates(Problem.parse("1x4096x4096:nt"), H200, 0) == []
 
 

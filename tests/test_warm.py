@@ -21,8 +21,9 @@ def test_compiling_ahead_fills_the_cache_the_build_reads(tmp_path, monkeypatch):
     monkeypatch.setattr(cuda_backend.BACKEND, "cache_dir", tmp_path / "cubin")   # this process's
     p, q = Problem(100, 72, 136, "nt"), Problem(33, 64, 200, "nn")
     stream = KernelSpec.parse("backend=cuda family=stream bm=16 bn=16 bk=32 warps=8 stages=7 group_m=1")
-    n, failed, secs = warm_compiles([(MMA, p), (MMA, p), (MMA, q), (stream, p)], DEV, workers=2)
-    assert (n, failed) == (3, 1) and secs > 0      # the duplicate once; stream serves min(M, N) <= 64 only
+    big = Problem(1000, 1000, 1000, "nt")      # 2 GFLOP, min(M, N) > 64: no stream kernel serves it
+    n, failed, secs = warm_compiles([(MMA, p), (MMA, p), (MMA, q), (stream, big)], DEV, workers=2)
+    assert (n, failed) == (3, 1) and secs > 0      # the duplicate once; the stream spec refused
     assert len(list((tmp_path / "cubin").glob("*.cubin"))) == 2   # one source a layout
     art = cuda_backend.BACKEND.compile(MMA, p, DEV)
     assert art.meta["cached"] is True and art.binary

@@ -26,7 +26,7 @@ epilogue's staging; subtile 2 = the epilogue stages half the tile's columns at a
 staging, so a deeper ring fits: cuBLAS's 256x128 winner runs 4 stages where a whole-tile staging
 leaves room for 3).
 
-family=stream (CUDA, decode / skinny: min(M, N) <= 64; kernels_cuda/stream.cu) reads the fields as:
+family=stream (CUDA, decode / skinny: min(M, N) <= 64, or under 1 GFLOP; kernels_cuda/stream.cu) reads the fields as:
 bm = rows of the large operand per CTA (16-128), bn = tokens of the small one per CTA (16-64),
 warps = K split inside the CTA, stages = 32-k chunks in flight per warp (its cp.async ring),
 split_k = K split across CTAs (reduced in the kernel, fixed order); bk (the 32-k chunk), group_m,
@@ -41,7 +41,7 @@ from .device import DeviceInfo
 from .problems import Problem
 # The stream family's own rules and sizes (re-exported: the stream backend and the tests read them here).
 from .spec_stream import (STREAM_BM, STREAM_MAX_ACC, STREAM_MAX_BN, STREAM_MAX_SMALL,  # noqa: F401
-                          STREAM_MAX_STAGES, STREAM_RULES, stream_smem)
+                          STREAM_MAX_STAGES, STREAM_RULES, stream_serves, stream_smem)
 
 FAMILIES = {"triton": ("tiled", "persistent"), "cuda": ("mma", "wgmma", "stream")}
 

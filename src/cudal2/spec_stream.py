@@ -1,4 +1,5 @@
-"""The stream family's validity rules (decode / skinny: min(M, N) <= 64; kernels_cuda/stream.cu).
+"""The stream family's validity rules (decode / skinny: min(M, N) <= 64, and any shape of the small
+class, under 1 GFLOP; kernels_cuda/stream.cu).
 cudal2.spec adds STREAM_RULES to its one rule list (with the pinned-field rules it owns); each rule
 is (field, the fields it reads, check(spec dict, problem, device) -> message or None)."""
 from __future__ import annotations
@@ -9,6 +10,17 @@ from __future__ import annotations
 # warp's cp.async ring), split_k = K split across CTAs (reduced in the kernel, fixed order). bk is
 # the 32-k chunk and group_m, subtile, warp_spec, cluster are unused: pinned.
 STREAM_MAX_SMALL = 64
+# Past min(M, N) = 64 the family serves the small class too (2MNK < 1 GFLOP, ../shared/classes.py):
+# launch-bound shapes, where what counts is how soon the first bytes arrive, and a stream CTA issues
+# its loads at entry (no barrier init, no tensor map, no producer warp); more tokens take more CTAs
+# along them (grid.y), the large operand is re-read per token tile, from L2 at these sizes. Added
+# 2026-12-07 for the small class's cuBLAS-served shapes (issue 20); measured or not: NOTES.md.
+STREAM_SMALL_FLOP = 1e9
+
+
+def stream_serves(M: int, N: int, K: int) -> bool:
+    """Whether the family takes a problem of this size (any K % 8 / N % 8 rule aside)."""
+    return min(M, N) <= STREAM_MAX_SMALL or 2.0 * M * N * K < STREAM_SMALL_FLOP
 STREAM_BM = (16, 32, 64, 128)
 STREAM_MAX_BN = 64
 STREAM_MAX_STAGES = 8
@@ -32,8 +44,9 @@ def stream_smem(s, layout: str) -> int:
 def _stream_problem(s, p, d):
     if s["family"] != "stream":
         return None
-    if min(p.M, p.N) > STREAM_MAX_SMALL:
-        return f"family=stream serves min(M, N) <= {STREAM_MAX_SMALL} (decode / skinny), got M={p.M} N={p.N}"
+    if not stream_serves(p.M, p.N, p.K):
+        return (f"family=stream serves min(M, N) <= {STREAM_MAX_SMALL} (decode / skinny) or shapes under 1 GFLOP, "
+                f"got {p.M}x{p.N}x{p.K}")
     if p.K % 8:
         return f"family=stream loads 16 bytes of K at a time: K % 8 == 0, got K={p.K}"
     if p.layout == "nn" and p.M <= p.N and p.N % 8:

@@ -1,4 +1,5 @@
-"""Candidate stream-family specs for a decode / skinny shape (min(M, N) <= 64), by a measured rule.
+"""Candidate stream-family specs for a decode / skinny shape (min(M, N) <= 64), by a measured rule,
+and for a small-class shape with more tokens (under 1 GFLOP, since 2026-12-07: see below).
 
 At decode a GEMM is one pass over the weight: the launch is latency-bound, so what decides speed
 is that every CTA is resident at once (one wave) and keeps enough bytes in flight. Measured on the
@@ -15,6 +16,11 @@ stream spec, ~180 per shape, on 24 nt projections of Llama-3-8B and Qwen2.5-7B a
 Ranked by how close the CTA count is to the SM count, more warps and deeper rings first, this
 rule's first 4 specs reached 0.986x (worst 0.928x) of the sweep's best per shape, its first 8
 0.988x. The rule ranks; the clock decides.
+
+Past 64 tokens (the small class only, spec_stream.stream_serves) the same rule runs over the token
+tiles 32 and 64 (16 would take 4x the CTAs and re-read the large operand 4x more): not measured
+when written (2026-12-07); `bench/stream_small.py` writes these specs for the shapes a card serves
+by cuBLAS and `bash bench/device_run.sh stream-small` times them.
 """
 from __future__ import annotations
 
@@ -22,7 +28,8 @@ import math
 
 from .device import DeviceInfo
 from .problems import Problem
-from .spec import STREAM_BM, STREAM_MAX_ACC, STREAM_MAX_STAGES, STREAM_MAX_SMALL, KernelSpec, is_valid, stream_smem
+from .spec import (STREAM_BM, STREAM_MAX_ACC, STREAM_MAX_STAGES, STREAM_MAX_SMALL, KernelSpec, is_valid, stream_serves,
+                   stream_smem)
 
 _SPLITS = (1, 2, 4, 8, 16)   # the measured rule's splits (the grammar has 3 / 6 / 12 too: the search tries them)
 _FILL = 0.45        # split K until the CTAs cover this share of the SMs (measured above)
@@ -38,16 +45,16 @@ def _per_sm(spec: KernelSpec, layout: str, device: DeviceInfo) -> int:
 
 
 def stream_candidates(problem: Problem, device: DeviceInfo, n: int = 8) -> list[KernelSpec]:
-    """Up to n valid one-wave stream specs for a decode / skinny problem, best ranked first; none
-    for a problem the family does not serve."""
+    """Up to n valid one-wave stream specs for a decode / skinny problem (or a small-class one),
+    best ranked first; none for a problem the family does not serve."""
     small, big = min(problem.M, problem.N), max(problem.M, problem.N)
-    if n <= 0 or small > STREAM_MAX_SMALL:
+    if n <= 0 or not stream_serves(problem.M, problem.N, problem.K):
         return []
     sms = device.sm_count or 132
-    bn = next((b for b in (16, 32, 48, 64) if b >= small), 64)
+    bns = (next((b for b in (16, 32, 48, 64) if b >= small), 64),) if small <= STREAM_MAX_SMALL else (64, 32)
     chunks = math.ceil(problem.K / 32)
     ranked: list[tuple] = []
-    for bm in STREAM_BM:
+    for bm, bn in ((bm, bn) for bn in bns for bm in STREAM_BM):
         if bm * bn // 32 > STREAM_MAX_ACC:
             continue
         tiles = math.ceil(big / bm) * math.ceil(small / bn)
