@@ -14,8 +14,10 @@ kernel's first TMA load, NOTES 2026-12-05 run 70), which is what a launch-bound 
 Which shapes, per layout: the 1000 grid's small-class shapes with min(M, N) > 64 whose entry on this
 card is a cuBLAS one (--served cublas, the default) or, with --served all, also those whose kernel
 entry's speedup over best-cublas is under --max-ratio; cuBLAS-served first, then by the filed speedup,
-lowest first. Which specs: `cudal2.stream_tiles.stream_candidates` (the one-wave rule, tokens in
-tiles of 32 and 64), its first --n. The device's limits are read from the card; without one
+lowest first, and within each, fewest bytes re-read first (`reread_bytes`: a stream CTA holds at
+most 2,048 outputs, so the operands are read again per tile; an estimate of where the family can
+win, so that a sweep cut by its time limit has timed those). Which specs:
+`cudal2.stream_tiles.stream_candidates` (the one-wave rule, tokens in tiles of 32 and 64), its first --n. The device's limits are read from the card; without one
 (--device-key and --sms given), from the sm_90a target with that SM count, for a dry run here.
 """
 from __future__ import annotations
@@ -26,9 +28,19 @@ import sys
 from pathlib import Path
 
 
-def pick(registry, device_key: str, layout: str, served: str, max_ratio: float) -> list[tuple[float, object]]:
+def reread_bytes(problem, spec) -> int:
+    """Bytes a stream spec's CTAs read of A and B together: each CTA its rows of the large operand
+    and its tokens of the small one over all of K (split-K CTAs a share of K each: the same sum)."""
+    import math
+    big, small = max(problem.M, problem.N), min(problem.M, problem.N)
+    ctas = math.ceil(big / spec.bm) * math.ceil(small / spec.bn)
+    return ctas * (spec.bm + spec.bn) * problem.K * 2
+
+
+def pick(registry, device_key: str, layout: str, served: str, max_ratio: float,
+         cost=lambda p: 0) -> list[tuple[float, object]]:
     """[(filed speedup, Problem)] of the small grid shapes past 64 tokens to time, worst served first
-    (a cuBLAS entry, or no entry, counts 1.0 and comes before any kernel entry)."""
+    (a cuBLAS entry, or no entry, counts 1.0 and comes before any kernel entry), then by cost(p)."""
     from cudal2.problems import grid
     from cudal2.stats import shape_class
     out = []
@@ -42,7 +54,7 @@ def pick(registry, device_key: str, layout: str, served: str, max_ratio: float) 
             out.append((0, ratio, p))
         elif served == "all" and ratio < max_ratio:
             out.append((1, ratio, p))
-    return [(r, p) for _, r, p in sorted(out, key=lambda t: (t[0], t[1], t[2].M, t[2].N, t[2].K))]
+    return [(r, p) for _, r, p in sorted(out, key=lambda t: (t[0], t[1], cost(t[2]), t[2].M, t[2].N, t[2].K))]
 
 
 def main(argv=None) -> int:
@@ -75,20 +87,30 @@ def main(argv=None) -> int:
     if not reg.all(key):
         print(f"error: the registry has no {key} entries", file=sys.stderr)
         return 2
-    shapes = pick(reg, key, args.layout, args.served, args.max_ratio)
+    specs = {}
+
+    def cost(p):            # the rule's specs' fewest re-read bytes (none: last)
+        specs[p] = stream_candidates(p, dev, args.n)
+        return min((reread_bytes(p, s) for s in specs[p]), default=1 << 62)
+    shapes = pick(reg, key, args.layout, args.served, args.max_ratio, cost)
     if args.limit > 0:
         shapes = shapes[:args.limit]
+    none = [p for _, p in shapes if not specs[p]]          # no one-wave spec fits (many tiles)
+    shapes = [(r, p) for r, p in shapes if specs[p]]
     cmd = "python3 bench/stream_small.py " + " ".join(sys.argv[1:] if argv is None else argv)
     lines = [f"# {cmd}", f"# {key}, {args.layout}: {len(shapes)} small-class shapes past 64 tokens "
-             f"(served {args.served}), the stream rule's first {args.n} specs each; the filed speedup after '#'"]
+             f"(served {args.served}), the stream rule's first {args.n} specs each; the filed speedup after '#'",
+             f"# no one-wave stream spec: {' '.join(p.shape for p in none) or 'none'}"]
     n_specs = 0
     for ratio, p in shapes:
-        for s in stream_candidates(p, dev, args.n):
-            lines.append(f"{p.M}x{p.N}x{p.K}:{p.layout}|{s.text}  # filed {ratio:.3f}x")
+        for s in specs[p]:
+            lines.append(f"{p.M}x{p.N}x{p.K}:{p.layout}|{s.text}  # filed {ratio:.3f}x, "
+                         f"re-reads {reread_bytes(p, s) / 1e6:.1f} MB")
             n_specs += 1
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
-    print(f"{args.out}: {len(shapes)} shapes, {n_specs} specs ({key}, {args.layout})")
+    print(f"{args.out}: {len(shapes)} shapes, {n_specs} specs ({key}, {args.layout}); {len(none)} shapes "
+          f"with no one-wave spec")
     return 0 if n_specs else 1
 
 

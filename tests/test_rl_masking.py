@@ -33,10 +33,14 @@ def test_tma_families_masked_for_unaligned_shapes(hopper):
     # N % 8 != 0: persistent and wgmma use TMA and must never be proposed.
     samples = UniformPolicy().sample(Problem(256, 100, 256), hopper, 200, generator=torch.Generator().manual_seed(0))
     fams = {s.spec.family for s in samples}
-    assert fams == {"tiled", "mma"}, fams
-    # Aligned: all four families appear in 200 uniform samples (each has prob >= 1/4 per backend).
+    # stream: a small-class shape (< 1 GFLOP) with A the large operand, which needs no N % 8
+    assert fams == {"tiled", "mma", "stream"}, fams
+    # Aligned: all five families appear in 200 uniform samples (each has prob >= 1/3 per backend).
     samples = UniformPolicy().sample(Problem(256, 128, 256), hopper, 200, generator=torch.Generator().manual_seed(0))
-    assert {s.spec.family for s in samples} == {"tiled", "persistent", "mma", "wgmma"}
+    assert {s.spec.family for s in samples} == {"tiled", "persistent", "mma", "wgmma", "stream"}
+    # Past the small class and past 64 tokens no stream spec is proposed.
+    samples = UniformPolicy().sample(Problem(4096, 128, 4096), hopper, 200, generator=torch.Generator().manual_seed(0))
+    assert "stream" not in {s.spec.family for s in samples}
 
 
 def test_backend_restriction_cuda_only(hopper):

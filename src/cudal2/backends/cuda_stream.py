@@ -1,4 +1,5 @@
-"""Launching the CUDA `stream` family (kernels_cuda/stream.cu): decode / skinny GEMMs, min(M, N) <= 64.
+"""Launching the CUDA `stream` family (kernels_cuda/stream.cu): decode / skinny GEMMs, min(M, N) <= 64,
+and any shape under 1 GFLOP (more tokens take more CTAs along grid.y).
 
 CudaKernel hands a stream-family kernel to `StreamLauncher`; per call it only picks the entry point
 (`cudal2_stream_b` when M <= N: B is the large operand; `cudal2_stream_a` otherwise), writes the
