@@ -77,3 +77,15 @@ def test_decode_seeds_lead_with_the_rule():
     assert decode_lead(8, p, H200, ("triton",)) == []           # no cuda backend: no stream seeds
     assert [s.family for s in seed_specs(8, p, H200, ("triton",), "auto")].count("stream") == 0
     assert seed_specs(8, p, H200, ("triton", "cuda"), "fixed")[0].family != "stream"   # fixed stays fixed
+
+
+def test_past_64_tokens_the_family_serves_exactly_the_small_class():
+    """stream_serves past min(M, N) = 64 is the small class of ../shared/classes.py (stats.shape_class
+    is its tested copy), over the whole grid: a change to either shows here."""
+    from cudal2.problems import grid
+    from cudal2.spec import stream_serves
+    from cudal2.stats import shape_class
+    wide = [p for p in grid("nt") if min(p.M, p.N) > 64]
+    assert len(wide) > 500
+    assert all(stream_serves(p.M, p.N, p.K) == (shape_class(p.M, p.N, p.K) == "small") for p in wide)
+    assert sum(stream_serves(p.M, p.N, p.K) for p in wide) > 100

@@ -10,6 +10,14 @@ from __future__ import annotations
 # warp's cp.async ring), split_k = K split across CTAs (reduced in the kernel, fixed order). bk is
 # the 32-k chunk and group_m, subtile, warp_spec, cluster are unused: pinned.
 STREAM_MAX_SMALL = 64
+STREAM_BM = (16, 32, 64, 128)
+STREAM_MAX_BN = 64
+STREAM_MAX_STAGES = 8
+# fp32 accumulators per thread (bm*bn/32: every warp holds the whole CTA tile, the warps split K):
+# up to 64 ptxas (NVRTC 13, sm_90a) compiled every spec tried in 48-229 registers without spilling
+# (tests/test_stream_compile.py); the ring is in shared memory, so stages add no registers.
+STREAM_MAX_ACC = 64
+
 # Past min(M, N) = 64 the family serves the small class too (2MNK < 1 GFLOP, ../shared/classes.py):
 # launch-bound shapes, where what counts is how soon the first bytes arrive, and a stream CTA issues
 # its loads at entry (no barrier init, no tensor map, no producer warp); more tokens take more CTAs
@@ -21,13 +29,6 @@ STREAM_SMALL_FLOP = 1e9
 def stream_serves(M: int, N: int, K: int) -> bool:
     """Whether the family takes a problem of this size (any K % 8 / N % 8 rule aside)."""
     return min(M, N) <= STREAM_MAX_SMALL or 2.0 * M * N * K < STREAM_SMALL_FLOP
-STREAM_BM = (16, 32, 64, 128)
-STREAM_MAX_BN = 64
-STREAM_MAX_STAGES = 8
-# fp32 accumulators per thread (bm*bn/32: every warp holds the whole CTA tile, the warps split K):
-# up to 64 ptxas (NVRTC 13, sm_90a) compiled every spec tried in 48-229 registers without spilling
-# (tests/test_stream_compile.py); the ring is in shared memory, so stages add no registers.
-STREAM_MAX_ACC = 64
 
 
 def stream_smem(s, layout: str) -> int:
