@@ -185,7 +185,8 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # the stream family was refused until 2026-12-07: bench/stream_small.py writes the one-wave
       # rule's specs for this card's cuBLAS-served small grid shapes (~60 a layout, ~4 specs each),
       # timed beside the baselines by bench/hopper_sweep.py --pairs (10 ms a function). Files nothing:
-      # `bash bench/sweep_file.sh stream_small LAYOUT ...` files its winners.
+      # `bash bench/sweep_file.sh stream_small LAYOUT ...` files its winners. Here, after the call:
+      # `python3 bench/stream_small.py --report <its CSV> --out <table.md>` (wins, the estimate's rank).
       IFS=: read -r _ slay ssecs <<<"$stage"; slay=${slay:-nt}; ssecs=${ssecs:-300}
       mkdir -p run && if python3 bench/stream_small.py --layout "$slay" --registry src/cudal2/registry \
           --out "run/stream_small_$slay.pairs"; then

@@ -4,6 +4,8 @@ card serves worst, as `bench/hopper_sweep.py --pairs` lines (issue 20, 2026-12-0
     python3 bench/stream_small.py --layout nt --out run/stream_small_nt.pairs
         [--registry DIR] [--device-key KEY --sms N] [--served cublas|all] [--max-ratio 1.10]
         [--n 6] [--limit 0]
+    python3 bench/stream_small.py --report SWEEP.csv [SWEEP.csv ...] --out TABLE.md
+        what a sweep of those pairs found, per shape, beside the re-read estimate it was ordered by
 
 Why: on the H100 the small class misses its 1.20 only where dispatch serves cuBLAS (80 / 85 shapes
 at 0.994-0.995, bench/results/issue20_report.md), and most of those have min(M, N) > 64, where no
@@ -57,7 +59,58 @@ def pick(registry, device_key: str, layout: str, served: str, max_ratio: float,
     return [(r, p) for _, r, p in sorted(out, key=lambda t: (t[0], t[1], cost(t[2]), t[2].M, t[2].N, t[2].K))]
 
 
+def report(rows: list[dict]) -> str:
+    """A markdown table of a stream sweep's rows (bench/hopper_sweep.py's CSV): per shape its fastest
+    checked stream spec over best-cublas and that spec's re-read MB, wins first; then the count of
+    wins (>= 1.01x), the geomean over the shapes swept and how the ratio ranks with the estimate."""
+    from cudal2.problems import Problem
+    from cudal2.spec import KernelSpec
+    from cudal2.stats import geomean
+    best, failed = {}, {}
+    for r in rows:
+        if "family=stream" not in r.get("spec", ""):
+            continue
+        key = f"{r['shape']}:{r['layout']}"
+        if r.get("status") != "ok":
+            failed[key] = failed.get(key, 0) + 1
+            continue
+        if key not in best or float(r["vs_best_cublas"]) > float(best[key]["vs_best_cublas"]):
+            best[key] = r
+    out = ["| shape | stream spec | µs | best-cublas µs | ratio | re-read MB |", "| --- | --- | --- | --- | --- | --- |"]
+    mb = {}
+    for key, r in sorted(best.items(), key=lambda kv: -float(kv[1]["vs_best_cublas"])):
+        spec = KernelSpec.parse(r["spec"])
+        mb[key] = reread_bytes(Problem.parse(key), spec) / 1e6
+        short = " ".join(t for t in r["spec"].split() if t.split("=")[0] in ("bm", "bn", "warps", "stages", "split_k"))
+        out.append(f"| {key} | {short} | {float(r['us']):.2f} | {float(r['best_cublas_us']):.2f} | "
+                   f"{float(r['vs_best_cublas']):.3f} | {mb[key]:.1f} |")
+    ratios = {k: float(r["vs_best_cublas"]) for k, r in best.items()}
+    wins = sum(v >= 1.01 for v in ratios.values())
+    lines = [f"{len(best)} shapes with a checked stream kernel ({sum(failed.values())} specs failed on "
+             f"{len(failed)} shapes); {wins} at >= 1.01x best-cublas; geomean "
+             f"{geomean(ratios.values()):.3f}" if ratios else "no checked stream kernel in these rows"]
+    if len(ratios) >= 3:     # Spearman's rank correlation of the estimate with the ratio (ties by order)
+        keys = list(ratios)
+        rank = lambda vals: {k: i for i, k in enumerate(sorted(keys, key=vals.get))}   # noqa: E731
+        ra, rb, n = rank(mb), rank(ratios), len(keys)
+        rho = 1 - 6 * sum((ra[k] - rb[k]) ** 2 for k in keys) / (n * (n * n - 1))
+        lines.append(f"rank correlation of re-read MB with the ratio: {rho:+.2f} (negative: fewer bytes, faster)")
+    return "\n".join(lines + [""] + out) + "\n"
+
+
 def main(argv=None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--report"]:
+        ap = argparse.ArgumentParser(description="a stream sweep's rows as a table")
+        ap.add_argument("--report", nargs="+", required=True, help="bench/hopper_sweep.py CSV files")
+        ap.add_argument("--out", required=True)
+        args = ap.parse_args(argv)
+        from cudal2.report import read_rows_csv
+        text = report([r for path in args.report for r in read_rows_csv(path)])
+        Path(args.out).write_text(f"# python3 bench/stream_small.py {' '.join(argv)}\n\n" + text)
+        print(text.split("\n")[0])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layout", choices=("nn", "nt"), required=True)
     ap.add_argument("--out", required=True, help="the --pairs file to write")
@@ -97,7 +150,7 @@ def main(argv=None) -> int:
         shapes = shapes[:args.limit]
     none = [p for _, p in shapes if not specs[p]]          # no one-wave spec fits (many tiles)
     shapes = [(r, p) for r, p in shapes if specs[p]]
-    cmd = "python3 bench/stream_small.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    cmd = "python3 bench/stream_small.py " + " ".join(argv)
     lines = [f"# {cmd}", f"# {key}, {args.layout}: {len(shapes)} small-class shapes past 64 tokens "
              f"(served {args.served}), the stream rule's first {args.n} specs each; the filed speedup after '#'",
              f"# no one-wave stream spec: {' '.join(p.shape for p in none) or 'none'}"]

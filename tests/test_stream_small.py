@@ -88,3 +88,30 @@ def test_without_a_card_a_dry_run_needs_the_key_and_sms(tmp_path, capsys, monkey
     assert ss.main(["--layout", "nn", "--out", str(tmp_path / "x.pairs"), "--device-key", "b200-sm100",
                     "--sms", "148"]) == 2
     assert "no b200-sm100 entries" in capsys.readouterr().err
+
+
+def test_report_takes_each_shapes_fastest_checked_stream_spec(tmp_path):
+    st = "backend=cuda family=stream bm={} bn={} bk=32 warps=4 stages=3 group_m=1 split_k=1 subtile=1 warp_spec=0 cluster=1"
+    wg = "backend=cuda family=wgmma bm=64 bn=64 bk=64 warps=8 stages=6 group_m=8 split_k=1 subtile=1 warp_spec=1 cluster=1"
+    head = "shape,layout,class,spec,status,best_cublas,best_cublas_us,us,spread,vs_best_cublas,tflops,cluster_ctas,from,baselines_missing"
+
+    def row(shape, spec, status, us, ratio):
+        return f'{shape},nt,small,{spec},{status},torch,6.0,{us},0.01,{ratio},1.0,,pair,'
+    lines = [head,
+             row("128x128x512", st.format(16, 32), "ok", 5.0, 1.2),          # 1.6 MB
+             row("128x128x512", st.format(16, 64), "ok", 5.5, 1.09),
+             row("256x256x512", st.format(16, 32), "ok", 6.0, 1.0),          # 6.3 MB
+             row("256x256x512", st.format(32, 64), "wrong result", 1.0, 6.0),  # failed: never the best
+             row("512x1024x256", st.format(32, 64), "ok", 7.5, 0.8),          # 12.6 MB
+             row("512x1024x256", wg, "ok", 4.0, 1.5)]                          # another family: not counted
+    csv_path = tmp_path / "sweep.csv"
+    csv_path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "t.md"
+    assert ss.main(["--report", str(csv_path), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "3 shapes with a checked stream kernel (1 specs failed on 1 shapes); 1 at >= 1.01x" in text
+    assert f"geomean {(1.2 * 1.0 * 0.8) ** (1 / 3):.3f}" in text
+    assert "rank correlation of re-read MB with the ratio: -1.00" in text
+    body = [ln for ln in text.splitlines() if ln.startswith("| ") and "x" in ln.split("|")[1]]
+    assert [ln.split("|")[1].strip() for ln in body] == ["128x128x512:nt", "256x256x512:nt", "512x1024x256:nt"]
+    assert "bm=16 bn=32 warps=4 stages=3 split_k=1 | 5.00 | 6.00 | 1.200 | 1.6 |" in body[0]
