@@ -19,7 +19,8 @@ config is checked once before it is timed.
 
 With --panels also the tiled chain (bench/panel_cuda.py): each CTA reads its tile's whole A and B
 panels for its K slice and then writes its tile, by 16-byte loads (kind "panel": H100 run 174 measured
-real kernels faster than it) or by bulk copies into a shared-memory ring (kind "bulk"), every tile of
+real kernels faster than it) or by bulk copies into a shared-memory ring (kind "bulk": slower than the
+16-byte kind on all 211 shapes of H100 runs 178-179, 1.28x on small ones), every tile of
 16-128 (bulk 256 too) and split 1-16, each config checked per CTA; a 5-call screen keeps each kind's 4
 fastest for the timing: the fastest per shape is the floor of a kernel that shares no operand tile
 between CTAs, where no kernel beat it (class_ceiling.py drops it where one did). --resume keeps

@@ -7,7 +7,7 @@
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
 # profile19[:SECONDS] profile-starved[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] decode-set[:SECONDS]
 # chain[:SECONDS[:EVERY[:panels]]] pending next[:SECONDS] next-probe[:SECONDS] next-lost[:SECONDS]
-# stream-small[:LAYOUT[:SECONDS]] stream-file[:LAYOUT[:SECONDS]].
+# tiled-stream[:SECONDS] stream-small[:LAYOUT[:SECONDS]] stream-file[:LAYOUT[:SECONDS]].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -384,12 +384,9 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # src/cudal2/registry/index.json after checking that only check fields moved), then the decode
       # set on three clocks, the chain floor over every other shape (never run on an H200), then the
       # small class's second half on the graph clock in what is left.
-      # On an H100 since 2026-12-07 21:00, what decides whether issue 20's small target is out of
-      # reach and one cheap try at it: the tiled chain with its bulk-copy kind (a floor with the
-      # tile structure at a TMA pipeline's read rate: `next-probe`'s chain, never run), then the
-      # stream family on the small class past 64 tokens (`stream-small:nt`, never timed; the
-      # cuBLAS-served shapes the small class misses 1.20 on are mostly there; the sweep files
-      # nothing: `stream-file` does). What the H100's `next` ran before is `next-lost`
+      # On an H100: `next-lost` again since 2026-12-07 21:45 (runs 178-181 ran the tiled chain with
+      # its bulk kind over every other shape and the stream family past 64 tokens: `tiled-stream`,
+      # `stream-file`; NOTES). `next-lost`, the H100's `next` from 18:50 to 21:00, is
       # (the chain on every shape in runs 168 / 170, the decode set three times, small nt
       # on all three clocks; rewritten 2026-12-07 18:50): two independent timings of the small
       # cuBLAS entries' lost kernels that ran >= 0.97 of best-cublas where measured (102 since
@@ -405,20 +402,24 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         gsecs=$((nsecs - SECONDS - 40))
         [ $gsecs -gt 60 ] && bash "$0" graph:bench/graph_small_nt_b.txt:nt:$gsecs
       else
-        # the tiled chain's GPU check (both kinds) and the stream family's past 64 tokens, each
-        # result kept (the tests stage writes gpu_tests.txt); then the chain with the tiled chain
-        # over every other shape where its check passed, the stream sweep in what is left.
-        bash "$0" tests:tests/test_panel_cuda.py
-        mv "$OUT/gpu_tests.txt" "$OUT/gpu_tests_panel.txt"
-        tiled=; tests_passed "$OUT/gpu_tests_panel.txt" && tiled=:panels
-        bash "$0" tests:tests/test_stream_gpu.py::test_checker_small
-        bash "$0" chain:$(( (nsecs - SECONDS) * 55 / 100 - 40 )):2$tiled
-        ssecs=$((nsecs - SECONDS - 100))
-        tests_passed "$OUT/gpu_tests.txt" && [ $ssecs -gt 60 ] && bash "$0" stream-small:nt:$ssecs
+        bash "$0" next-lost:$((nsecs - SECONDS))
       fi ;;
+    tiled-stream|tiled-stream:*)
+      # tiled-stream[:SECONDS] (default 560): the H100's `next` of 2026-12-07 21:00-21:40 (run 178):
+      # the tiled chain's GPU check (both kinds) and the stream family's past 64 tokens, each result
+      # kept (the tests stage writes gpu_tests.txt); then the chain with the tiled chain over every
+      # other shape where its check passed, the stream sweep in what is left.
+      nsecs=560; [ "$stage" != tiled-stream ] && nsecs=${stage#tiled-stream:}
+      bash "$0" tests:tests/test_panel_cuda.py
+      mv "$OUT/gpu_tests.txt" "$OUT/gpu_tests_panel.txt"
+      tiled=; tests_passed "$OUT/gpu_tests_panel.txt" && tiled=:panels
+      bash "$0" tests:tests/test_stream_gpu.py::test_checker_small
+      bash "$0" chain:$(( (nsecs - SECONDS) * 55 / 100 - 40 )):2$tiled
+      ssecs=$((nsecs - SECONDS - 100))
+      tests_passed "$OUT/gpu_tests.txt" && [ $ssecs -gt 60 ] && bash "$0" stream-small:nt:$ssecs ;;
     next-lost|next-lost:*)
-      # next-lost[:SECONDS] (default 560): on an H100, the H100's `next` until 2026-12-07 20:40 (its
-      # reasons above): two independent timings of the small cuBLAS entries' lost kernels at >= 0.97.
+      # next-lost[:SECONDS] (default 560): on an H100 (its `next`; its reasons above): two independent
+      # timings of the small cuBLAS entries' lost kernels at >= 0.97 of best-cublas where measured.
       nsecs=560; [ "$stage" != next-lost ] && nsecs=${stage#next-lost:}
       lsecs=$(( (nsecs - SECONDS - 100) / 2 ))
       bash "$0" lost:small:nt,nn:$lsecs:1:0.97

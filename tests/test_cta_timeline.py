@@ -270,7 +270,7 @@ def test_stamped_launch_reads_back_in_event_order(gpu_device, tmp_path):
 
 @pytest.mark.parametrize("stage,at_least", [("probe", 6), ("next", 0), ("next-probe", 1), ("ring", 2),
                                             ("small_sweep", 1), ("stream-small", 2), ("stream-file", 1),
-                                            ("next-lost", 0)])
+                                            ("next-lost", 0), ("tiled-stream", 2)])
 def test_the_probe_stage_names_what_exists(stage, at_least):
     """bench/device_run.sh's probe and next stages (a card session's first call), the stages next
     runs and a function name GPU tests, a cases file, scripts and other stages by name: a typo there
@@ -285,12 +285,13 @@ def test_the_probe_stage_names_what_exists(stage, at_least):
         # the stage's case label: "    next)" or, with arguments, "    next|next:*)" / "    ring:*)"
         at = re.search(rf"^    {stage}[|):]", text, re.M).start()
         probe = text[at:text.index(";;", at)]
-    if stage.startswith(("next", "stream-file")):   # it runs other stages: each must have a case label
+    if stage.startswith(("next", "stream-file", "tiled-stream")):   # it runs other stages: each must have a label
         # stage words start lower-case: the rest of a line is arithmetic in a stage's argument
         called = [w.split(":")[0] for line in re.findall(r'bash "\$0" ([^\n;]+)', probe) for w in line.split()
                   if re.match(r"[a-z]", w)]
-        assert {"next": {"decode-set", "chain", "graph", "tests", "stream-small"}, "next-probe": {"tests", "chain", "server"},
-                "next-lost": {"lost"}, "stream-file": {"tests"}}[stage] <= set(called)
+        assert {"next": {"decode-set", "chain", "graph", "next-lost"}, "next-probe": {"tests", "chain", "server"},
+                "next-lost": {"lost"}, "stream-file": {"tests"},
+                "tiled-stream": {"tests", "chain", "stream-small"}}[stage] <= set(called)
         for name in called:             # a label of its own, or one alternative of a shared one
             assert re.search(rf"^    (?:[^\n)]*\|)?{name}[|):]", text, re.M), name
     # a quoted list assigned to a variable (VAR="a b") counts word by word
