@@ -65,7 +65,7 @@ def report(rows: list[dict]) -> str:
     wins (>= 1.01x), the geomean over the shapes swept and how the ratio ranks with the estimate."""
     from cudal2.problems import Problem
     from cudal2.spec import KernelSpec
-    from cudal2.stats import geomean
+    from cudal2.stats import geomean, spearman
     best, failed = {}, {}
     for r in rows:
         if "family=stream" not in r.get("spec", ""):
@@ -89,11 +89,8 @@ def report(rows: list[dict]) -> str:
     lines = [f"{len(best)} shapes with a checked stream kernel ({sum(failed.values())} specs failed on "
              f"{len(failed)} shapes); {wins} at >= 1.01x best-cublas; geomean "
              f"{geomean(ratios.values()):.3f}" if ratios else "no checked stream kernel in these rows"]
-    if len(ratios) >= 3:     # Spearman's rank correlation of the estimate with the ratio (ties by order)
-        keys = list(ratios)
-        rank = lambda vals: {k: i for i, k in enumerate(sorted(keys, key=vals.get))}   # noqa: E731
-        ra, rb, n = rank(mb), rank(ratios), len(keys)
-        rho = 1 - 6 * sum((ra[k] - rb[k]) ** 2 for k in keys) / (n * (n * n - 1))
+    if len(ratios) >= 3:     # Spearman's rank correlation of the estimate with the ratio (ties share a rank)
+        rho = spearman([mb[k] for k in ratios], list(ratios.values()))
         lines.append(f"rank correlation of re-read MB with the ratio: {rho:+.2f} (negative: fewer bytes, faster)")
     return "\n".join(lines + [""] + out) + "\n"
 

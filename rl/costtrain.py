@@ -26,6 +26,7 @@ import torch
 
 from cudal2.problems import Problem
 from cudal2.spec import KernelSpec, SpecError
+from cudal2.stats import spearman
 from cudal2.tiles import estimate
 
 from .costmodel import CostModel, features
@@ -102,26 +103,6 @@ def by_shape(rows: list[Row]) -> dict[str, list[Row]]:
     return out
 
 
-def _spearman(a: list[float], b: list[float]) -> float:
-    def ranks(x):
-        order = sorted(range(len(x)), key=lambda i: x[i])
-        r = [0.0] * len(x)
-        i = 0
-        while i < len(order):          # ties share their mean rank
-            j = i
-            while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
-                j += 1
-            for t in range(i, j + 1):
-                r[order[t]] = (i + j) / 2
-            i = j + 1
-        return r
-    ra, rb = ranks(a), ranks(b)
-    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    va, vb = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)
-    return cov / math.sqrt(va * vb) if va > 0 and vb > 0 else 0.0
-
-
 Scorer = Callable[[Problem, list[KernelSpec]], list[float]]
 
 
@@ -140,7 +121,7 @@ def figures(rows: list[Row], scorer: Scorer | None) -> dict:
             continue
         s = scorer(group[0].problem, [r.spec for r in group])
         pick = max(range(len(group)), key=lambda i: (s[i], -i))
-        rhos.append(_spearman(s, ys))
+        rhos.append(spearman(s, ys))
         logs.append(ys[pick] - max(ys))
     if not rhos:
         return {"shapes": 0, "rho": float("nan"), "top1": float("nan")}

@@ -216,3 +216,14 @@ def test_bad_arguments():
     with pytest.raises(ValueError):
         timing.server({"A": clk.kernel("A", 1.0)}, calls=0, clock=clk)
     assert timing.offline({}, clock=clk) == {}
+
+
+def test_spearman_ties_share_their_mean_rank():
+    from cudal2.stats import spearman
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # x ties on its first two values: ranks 0.5, 0.5, 2, 3 whatever the order of the tied pair,
+    # so swapping y's first two values (the tied pair's partners) cannot change rho
+    a = spearman([5, 5, 7, 9], [1, 2, 3, 4])
+    assert a == spearman([5, 5, 7, 9], [2, 1, 3, 4]) == pytest.approx(4.5 / (4.5 * 5.0) ** 0.5)
+    assert spearman([1, 1, 1], [1, 2, 3]) == 0.0          # no spread
