@@ -78,15 +78,15 @@ def padded(elements: int) -> int:
     return -(-elements // 8) * 8
 
 
-def panel_fns(panels, a, b, m: int, n: int, k: int) -> tuple[dict, tuple]:
-    """Every tiled-chain config of (m, n, k) (panel_cuda.configs: both kinds), each checked once, as
+def panel_fns(panels, a, b, m: int, n: int, k: int, kinds=None) -> tuple[dict, tuple]:
+    """Every tiled-chain config of (m, n, k) (panel_cuda.configs: the `kinds`, default both), each checked once, as
     launches named "KIND BMxBN /SPLIT", and the buffers they write (the caller holds them while it
     launches: the launches keep only their addresses)."""
     import numpy as np
     import torch
 
     import panel_cuda
-    cfgs = panel_cuda.configs(m, n, k, panels.sms)
+    cfgs = panel_cuda.configs(m, n, k, panels.sms, tuple(kinds or panel_cuda.KINDS))
     if not cfgs:                        # N or K off the 16-byte rule: no tiled chain for this shape
         return {}, ()
     grids = [-(-m // bm) * -(-n // bn) * s for _, bm, bn, s in cfgs]
@@ -124,7 +124,7 @@ def screened(pfns: dict, keep: int = SCREEN_KEEP, clock=None) -> list[str]:
 
 
 def measure_shape(streams, m: int, n: int, k: int, modes, min_ms: float, server_calls: int,
-                  panels=None) -> list[dict]:
+                  panels=None, panel_kinds=None) -> list[dict]:
     """Rows (one a mode) for one shape: the fastest chain, torch.matmul, and with `panels` the fastest
     tiled chain (offline the screen's picks, `screened`; in server mode the offline run's 3 fastest)."""
     import torch
@@ -144,7 +144,7 @@ def measure_shape(streams, m: int, n: int, k: int, modes, min_ms: float, server_
             raise SystemExit(f"chain {name}: wrong XOR or unwritten words at {m}x{n}x{k}")
         fns[name] = streams.chain_fn(name, inp, c, out)
     fns["torch"] = lambda: torch.matmul(a, b.t(), out=cm)
-    pfns, held = panel_fns(panels, a, b, m, n, k) if panels is not None else ({}, ())   # noqa: F841 (held: kept alive)
+    pfns, held = panel_fns(panels, a, b, m, n, k, panel_kinds) if panels is not None else ({}, ())   # noqa: F841 (held: kept alive)
     configs = len(pfns)
     pfns = {name: pfns[name] for name in screened(pfns)}
     rows = []
@@ -237,6 +237,10 @@ def main(argv=None) -> int:
     ap.add_argument("--panels", action="store_true",
                     help="also the tiled chain (bench/panel_cuda.py: each CTA reads its tile's whole A and B panels), "
                          "every tile and split, checked; offline all of them, server the 3 fastest")
+    ap.add_argument("--panel-kinds", default="panel,bulk",
+                    help="with --panels, the tiled chain's kinds (bench/panel_cuda.py KINDS), comma separated: "
+                         "'panel' alone halves its checks where the bulk kind is known to lose (it never won "
+                         "on the 211 shapes of H100 runs 178-179)")
     ap.add_argument("--resume", metavar="JSON",
                     help="an earlier run's JSON on this card: its shapes' rows are kept and not measured again "
                          "(with --panels, only rows that have the tiled chain)")
@@ -244,6 +248,10 @@ def main(argv=None) -> int:
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     if not modes or set(modes) - set(MODES):
         ap.error(f"--modes {a.modes!r}: a comma-separated list of {', '.join(MODES)}")
+    import panel_cuda
+    kinds = [x.strip() for x in a.panel_kinds.split(",") if x.strip()]
+    if not kinds or set(kinds) - set(panel_cuda.KINDS):
+        ap.error(f"--panel-kinds {a.panel_kinds!r}: a comma-separated list of {', '.join(panel_cuda.KINDS)}")
     try:
         shapes = shapes_of([c for c in a.classes.split(",") if c.strip()], a.shapes, a.every)
     except (ValueError, OSError) as e:
@@ -267,13 +275,14 @@ def main(argv=None) -> int:
     streams = stream_cuda.Streams(stream_cuda.compile_streams(), dev.sm_count)
     panels = None
     if a.panels:
-        import panel_cuda
         panels = panel_cuda.Panels(dev.sm_count)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"chain_floor_{dev.key}_{commit}"
     doc = {"card": card, "device": dev.key, "commit": commit, "command": command, "versions": collect(),
            "shapes_asked": len(shapes), "shapes_done": 0, "rows": [], "summary": []}
+    if a.panels:
+        doc["panel_kinds"] = kinds
     if earlier is not None:
         try:
             doc["rows"] = kept_rows(earlier, dev.key, shapes, modes, a.panels)
@@ -288,7 +297,7 @@ def main(argv=None) -> int:
         if a.time_limit and time.monotonic() - t0 > a.time_limit:
             print(f"time limit: {i} of {len(todo)} shapes measured", flush=True)
             break
-        doc["rows"] += measure_shape(streams, m, n, k, modes, a.min_ms, a.server_calls, panels)
+        doc["rows"] += measure_shape(streams, m, n, k, modes, a.min_ms, a.server_calls, panels, kinds)
         doc["shapes_done"] += 1
         if i % 25 == 24 or i == len(todo) - 1:
             doc["summary"] = summary(doc["rows"])

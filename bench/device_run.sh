@@ -6,7 +6,7 @@
 # retime:NAME:LAYOUT[:PASSES] recheck[:SECONDS[:VARIANT]] graph:SHAPES:LAYOUT[:SECONDS[:TAG]] (server:... too)
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
 # profile19[:SECONDS] profile-starved[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] decode-set[:SECONDS]
-# chain[:SECONDS[:EVERY[:panels]]] pending next[:SECONDS] next-probe[:SECONDS] next-lost[:SECONDS]
+# chain[:SECONDS[:EVERY[:panels|panel[:CLASSES]]]] pending next[:SECONDS] next-probe[:SECONDS] next-lost[:SECONDS]
 # tiled-stream[:SECONDS] stream-small[:LAYOUT[:SECONDS]] stream-file[:LAYOUT[:SECONDS]].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
@@ -354,7 +354,7 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
         --resume --time-limit $((dsecs - 20)) 2>&1 | tail -12
       gzip -c "$djson" >"$OUT/decode_set_nt.json.gz" ;;
     chain|chain:*)
-      # chain[:SECONDS[:EVERY[:panels]]] (default 200 s, every shape): bench/chain_floor.py over the
+      # chain[:SECONDS[:EVERY[:panels|panel[:CLASSES]]]] (default 200 s, every shape): bench/chain_floor.py over the
       # small and skinny grid shapes and the decode set, offline and server: per shape the time of
       # reading A and B once and then writing C, checked, beside torch.matmul in the same run
       # (`class_ceiling.py --chain`); ~1 s a shape (H100 runs 168 / 170). EVERY measures each
@@ -363,14 +363,19 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # loads and, since 2026-12-07, by bulk copies into a shared-memory ring, each kind's 4 fastest
       # of a screen timed; the loads alone took ~10 s a shape in H100 run 174, where torch.matmul beat
       # them on 6 of 22 shapes; the bulk kind not run yet).
+      # `panel` instead: the tiled chain's 16-byte kind only (the bulk kind never won on the 211
+      # shapes of H100 runs 178-179; on an H100 half the checks for the same floor). CLASSES (default
+      # small,skinny; `none`: the decode set alone) the grid classes beside the decode set.
       # Resumable: the JSON is kept in run/chain_floor.json (carry it back as
       # .runpack/chain_floor.json) and a later call goes on.
-      IFS=: read -r _ csecs cevery cpanels <<<"$stage"; csecs=${csecs:-200}
+      IFS=: read -r _ csecs cevery cpanels cclasses <<<"$stage"; csecs=${csecs:-200}
+      cclasses=${cclasses:-small,skinny}; [ "$cclasses" = none ] && cclasses=
       mkdir -p run && cres=run/chain_floor.json && cargs=(--every "${cevery:-1}")
       [ "${cpanels:-}" = panels ] && cargs+=(--panels)
+      [ "${cpanels:-}" = panel ] && cargs+=(--panels --panel-kinds panel)
       [ -f .runpack/chain_floor.json ] && [ ! -f $cres ] && cp .runpack/chain_floor.json run/
       [ -f $cres ] && cargs+=(--resume $cres)
-      timeout $((csecs + 40)) python3 bench/chain_floor.py --out "$OUT" --classes small,skinny \
+      timeout $((csecs + 40)) python3 bench/chain_floor.py --out "$OUT" --classes "$cclasses" \
         --shapes bench/decode_set.txt --time-limit "$csecs" "${cargs[@]}" 2>&1 | tail -14
       for f in "$OUT"/chain_floor_*.json; do [ -f "$f" ] && cp "$f" $cres; done ;;
     pending)
@@ -382,8 +387,10 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # On an H200 (none since run 96): the full checker over the H200's 741 entries re-rendered for
       # PDL (issue 22's "every entry ok"; recorded on an export: index_rechecked.json.gz, copy it over
       # src/cudal2/registry/index.json after checking that only check fields moved), then the decode
-      # set on three clocks, the chain floor over every other shape (never run on an H200), then the
-      # small class's second half on the graph clock in what is left.
+      # set on three clocks, then the chain floor with the tiled chain (both kinds) over the decode set
+      # in what is left (never run on an H200; since 2026-12-07 23:00 it replaces the chain over every
+      # other small / skinny shape and small nt b on the graph clock: on the H100 the tiled chain put
+      # the decode target past the ceiling, which is what the H200's offline figure lacks).
       # On an H100: `next-lost` again since 2026-12-07 21:45 (runs 178-181 ran the tiled chain with
       # its bulk kind over every other shape and the stream family past 64 tokens: `tiled-stream`,
       # `stream-file`; NOTES). `next-lost`, the H100's `next` from 18:50 to 21:00, is
@@ -398,9 +405,7 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         verify_pending
         bash "$0" decode-set:180
-        bash "$0" chain:$(( (nsecs - SECONDS - 80) / 2 > 170 ? 170 : (nsecs - SECONDS - 80) / 2 )):2
-        gsecs=$((nsecs - SECONDS - 40))
-        [ $gsecs -gt 60 ] && bash "$0" graph:bench/graph_small_nt_b.txt:nt:$gsecs
+        bash "$0" chain:$((nsecs - SECONDS - 60)):1:panels:none
       else
         bash "$0" next-lost:$((nsecs - SECONDS))
       fi ;;

@@ -87,6 +87,9 @@ def test_refusals(tmp_path, capsys):
         cf.main(["--out", str(tmp_path), "--modes", "offline,cold"])
     assert "--modes" in capsys.readouterr().err
     with pytest.raises(SystemExit):
+        cf.main(["--out", str(tmp_path), "--panels", "--panel-kinds", "panel,tma"])
+    assert "--panel-kinds 'panel,tma'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
         cf.main(["--out", str(tmp_path), "--classes", ""])
     assert "no shapes" in capsys.readouterr().err
     with pytest.raises(SystemExit):

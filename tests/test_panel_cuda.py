@@ -246,6 +246,11 @@ def test_every_tiled_config_is_checked_then_launched_on_its_buffers(monkeypatch)
     with pytest.raises(SystemExit, match="wrong XOR or unwritten words at 40x24x128"):
         cf.panel_fns(_stand_in_panels(monkeypatch, _StandInDriver(spoil=True)), a, b, m, n, k)
     assert cf.panel_fns(_stand_in_panels(monkeypatch, drv), a[:, :100], b[:, :100], m, n, 100) == ({}, ())  # K % 8
+    # --panel-kinds panel: the 16-byte kind's configs only, each checked, none of the bulk kind's
+    drv = _StandInDriver()
+    fns, held = cf.panel_fns(_stand_in_panels(monkeypatch, drv), a, b, m, n, k, ["panel"])
+    assert set(fns) == {f"{kd} {bm}x{bn} /{s}" for kd, bm, bn, s in cfgs if kd == "panel"}
+    assert drv.kinds == Counter({"k_panel": len(fns)})
 
 
 @pytest.mark.gpu
