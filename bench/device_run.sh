@@ -7,7 +7,7 @@
 # small-sweep[:NN_S[:NT_S]] transfer[:SECONDS] lost:CLASSES:LAYOUTS[:SECONDS[:TAG]] pairs:FILE[:SECONDS]
 # profile19[:SECONDS] profile-starved[:SECONDS] raster[:SECONDS] ring:CLASSES:LAYOUT[:SECONDS] decode-set[:SECONDS]
 # chain[:SECONDS[:EVERY[:panels|panel[:CLASSES]]]] pending next[:SECONDS] next-probe[:SECONDS] next-lost[:SECONDS]
-# tiled-stream[:SECONDS] stream-small[:LAYOUT[:SECONDS]] stream-file[:LAYOUT[:SECONDS]].
+# tiled-stream[:SECONDS] stream-small[:LAYOUT[:SECONDS]] stream-file[:LAYOUT[:SECONDS]] krot[:SECONDS].
 # To run other commands after it in the same call, `source bench/device_env.sh` instead.
 #   bash bench/device_run.sh info tests bench
 set -uo pipefail
@@ -378,20 +378,31 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       timeout $((csecs + 40)) python3 bench/chain_floor.py --out "$OUT" --classes "$cclasses" \
         --shapes bench/decode_set.txt --time-limit "$csecs" "${cargs[@]}" 2>&1 | tail -14
       for f in "$OUT"/chain_floor_*.json; do [ -f "$f" ] && cp "$f" $cres; done ;;
+    krot|krot:*)
+      # krot[:SECONDS] (default 200): wgmma.cu's K_ROT experiment (each work unit's k-tiles loaded
+      # from a rotated start) on the decode set: the filed wgmma kernels and the cuBLAS entries' best
+      # lost ones (--lost), each beside K_ROT=1 and K_ROT=13 and torch.matmul in one interleaved run,
+      # each variant checked first (bench/variant_sweep.py). Why: the H200's HBM-bound decode shapes'
+      # best kernels move 3.0-3.3 TB/s where cuBLAS moves 3.5-3.7 (NOTES 2026-12-07 23:00); 36
+      # entries on the H200, 19 on the H100.
+      ksecs=200; [ "$stage" != krot ] && ksecs=${stage#krot:}
+      timeout $((ksecs + 60)) python3 bench/variant_sweep.py --out "$OUT" --variant K_ROT=1 --variant K_ROT=13 \
+        --layouts nt --shapes bench/decode_set.txt --lost --torch --max-seconds "$ksecs" 2>&1 | tail -14 ;;
     pending)
       # pending: verify_pending above (also the H200 half of the next stage)
       verify_pending ;;
     next|next:*)
       # next[:SECONDS] (default 560): the first call of the next card session, by card, time-boxed
       # (rewritten 2026-12-07 when issue 19 closed: issues 20 and 22 only).
-      # On an H200 (none since run 96): the full checker over the H200's 741 entries re-rendered for
+      # On an H200 (none since run 96): the K_ROT experiment on the decode set (krot:150), the full
+      # checker over the H200's 741 entries re-rendered for
       # PDL (issue 22's "every entry ok"; recorded on an export: index_rechecked.json.gz, copy it over
-      # src/cudal2/registry/index.json after checking that only check fields moved), then the decode
-      # set on three clocks, then the chain floor with the tiled chain (both kinds) over the decode set
+      # src/cudal2/registry/index.json after checking that only check fields moved), then the chain
+      # floor with the tiled chain (both kinds) over the decode set
       # in what is left (never run on an H200; since 2026-12-07 23:00 it replaces the chain over every
       # other small / skinny shape and small nt b on the graph clock: on the H100 the tiled chain put
       # the decode target past the ceiling, which is what the H200's offline figure lacks).
-      # On an H100: `next-lost` again since 2026-12-07 21:45 (runs 178-181 ran the tiled chain with
+      # On an H100: krot:90 (the K_ROT experiment, 19 decode entries there), then `next-lost` (since 2026-12-07 21:45) (runs 178-181 ran the tiled chain with
       # its bulk kind over every other shape and the stream family past 64 tokens: `tiled-stream`,
       # `stream-file`; NOTES). `next-lost`, the H100's `next` from 18:50 to 21:00, is
       # (the chain on every shape in runs 168 / 170, the decode set three times, small nt
@@ -403,10 +414,11 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # replays on 75 of 76 kernel-served shapes. The tiled chain's probe is `next-probe`.
       nsecs=560; [ "$stage" != next ] && nsecs=${stage#next:}
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        bash "$0" krot:150
         verify_pending
-        bash "$0" decode-set:180
         bash "$0" chain:$((nsecs - SECONDS - 60)):1:panels:none
       else
+        bash "$0" krot:90
         bash "$0" next-lost:$((nsecs - SECONDS))
       fi ;;
     tiled-stream|tiled-stream:*)

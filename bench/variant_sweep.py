@@ -5,6 +5,12 @@ code) would pay on the kernels that dispatch serves, before it becomes a default
 
   python3 bench/variant_sweep.py --out $OUT --variant "RED_CHUNK=1 EXIT_RELAXED=0 A_TRIM=0" --variant EARLY_LOAD=1 \
       [--registry DIR] [--layouts nt] [--classes skinny,starved] [--stride 1] [--max-seconds 300] [--alone]
+      [--shapes bench/decode_set.txt] [--lost] [--torch]
+
+--lost adds the cuBLAS entries' best lost wgmma kernels (the kernel a search measured best there and
+did not file: graph_clock.py's Lost) as if filed, so a variant can be tried where dispatch serves
+cuBLAS; --torch times torch.matmul in the same interleaved run (each kernel's "vs torch" ratio):
+whether a variant would take a shape from cuBLAS, not only whether it beats its parent.
 
 Per filed wgmma entry (the shipped registry, or --registry): the filed kernel and each variant (the
 same spec rendered behind the variant's #defines), each given the checker's random check, timed
@@ -58,8 +64,9 @@ def wanted(prob, spec: str, layouts, classes, families) -> bool:
         (not classes or shape_class(prob.M, prob.N, prob.K) in classes)
 
 
-def summarize(rows: list[dict], names: list[str]) -> dict:
-    """Per (class:layout) and all, per variant: n, geomean of filed / variant, wins / losses past 1%."""
+def summarize(rows: list[dict], names: list[str], suffix: str = " ratio") -> dict:
+    """Per (class:layout) and all, per variant: n, geomean of filed / variant, wins / losses past 1%
+    (suffix " vs torch": of torch.matmul / the kernel, with --torch)."""
     groups: dict[str, list] = {"all": rows}
     for r in rows:
         groups.setdefault(f"{r['class']}:{r['layout']}", []).append(r)
@@ -67,7 +74,7 @@ def summarize(rows: list[dict], names: list[str]) -> dict:
     for g, rs in groups.items():
         out[g] = {}
         for n in names:
-            xs = [r[f"{n} ratio"] for r in rs if r.get(f"{n} ratio")]
+            xs = [r[f"{n}{suffix}"] for r in rs if r.get(f"{n}{suffix}")]
             out[g][n] = {"n": len(xs), "geomean": math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None,
                          "wins": sum(x > 1.01 for x in xs), "losses": sum(x < 0.99 for x in xs)}
     return out
@@ -111,6 +118,19 @@ def precompile(todo: list, variants: dict[str, dict], procs: int) -> dict:
     return compile_pairs([(e.problem, e.spec, n, d) for e in todo for n, d in variants.items()], procs)
 
 
+def shape_filter(todo: list, path: str | None) -> list:
+    """The entries of `todo` whose problem is listed in the --shapes file (MxNxK[:layout] lines; a
+    line without a layout takes both), all where no file is given."""
+    if not path:
+        return todo
+    want: set[str] = set()
+    for line in Path(path).read_text().splitlines():
+        line = line.split("#")[0].strip().replace(" ", "x")
+        if line:
+            want |= {line} if ":" in line else {f"{line}:nn", f"{line}:nt"}
+    return [e for e in todo if e.problem in want]
+
+
 def bench_entry(e, variants: dict[str, dict], dev, args, pre: dict | None = None) -> dict:
     import torch
 
@@ -142,12 +162,22 @@ def bench_entry(e, variants: dict[str, dict], dev, args, pre: dict | None = None
             del kernels[name]
     a, b = make_inputs(p, "cuda", torch.Generator(device="cuda").manual_seed(p.M + 3 * p.N + 7 * p.K))
     cs = {n: torch.empty(p.M, p.N, dtype=torch.float16, device="cuda") for n in kernels}
-    stats = timing.offline({n: (lambda k=k, c=cs[n]: k(a, b, c)) for n, k in kernels.items()}, min_ms=args.min_ms)
+    fns = {n: (lambda k=k, c=cs[n]: k(a, b, c)) for n, k in kernels.items()}
+    if getattr(args, "torch", False):
+        from cudal2 import baselines
+        fns["torch"] = baselines.prepare(["torch"], p, a, b, torch.empty(p.M, p.N, dtype=torch.float16,
+                                                                       device="cuda"))["torch"]
+    stats = timing.offline(fns, min_ms=args.min_ms)
     row["filed_us"] = round(stats["filed"].median_us, 3)
     for name in variants:
         if name in stats:
             row[f"{name} us"] = round(stats[name].median_us, 3)
             row[f"{name} ratio"] = round(stats["filed"].median_us / stats[name].median_us, 4)
+    if "torch" in stats:
+        row["torch_us"] = round(stats["torch"].median_us, 3)
+        for name in ["filed", *variants]:
+            if name in stats:
+                row[f"{name} vs torch"] = round(stats["torch"].median_us / stats[name].median_us, 4)
     if args.alone:
         # Each kernel again in a run of its own (the same kernel back to back): what a variant that
         # acts between consecutive launches (PDL) gives a chain of its own launches, where the
@@ -175,6 +205,10 @@ def main(argv=None) -> int:
     ap.add_argument("--max-seconds", type=float, default=300.0, help="start no entry after this many seconds")
     ap.add_argument("--alone", action="store_true",
                     help="also time each kernel in a run of its own (back to back with itself)")
+    ap.add_argument("--shapes", help="only the problems of this file (MxNxK[:layout] lines, e.g. bench/decode_set.txt)")
+    ap.add_argument("--lost", action="store_true",
+                    help="also the cuBLAS entries' best lost wgmma kernels (their search measured them and filed cuBLAS)")
+    ap.add_argument("--torch", action="store_true", help="time torch.matmul in the same run (each kernel's vs torch)")
     ap.add_argument("--procs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
     args = ap.parse_args(argv)
     from cudal2.stats import SHAPE_CLASSES
@@ -186,6 +220,8 @@ def main(argv=None) -> int:
     classes = [x for x in args.classes.split(",") if x]
     if not set(layouts) <= {"nn", "nt"} or not set(classes) <= set(SHAPE_CLASSES) or args.stride < 1:
         ap.error(f"--layouts from nn,nt; --classes from {','.join(SHAPE_CLASSES)}; --stride >= 1")
+    if args.shapes and not Path(args.shapes).is_file():
+        ap.error(f"--shapes {args.shapes}: no such file")
     t0 = time.monotonic()
     import torch
     if not torch.cuda.is_available():
@@ -195,7 +231,12 @@ def main(argv=None) -> int:
     from cudal2.registry import Registry
     from cudal2.versions import collect, source_commit
     dev = current()
-    todo = entries(Registry.load(args.registry), dev.key, layouts, classes, args.stride)
+    reg = Registry.load(args.registry)
+    todo = entries(reg, dev.key, layouts, classes, args.stride)
+    if args.lost:
+        from graph_clock import lost_entries
+        todo += lost_entries(reg, dev.key, layouts, classes, ("wgmma",))[::args.stride]
+    todo = shape_filter(todo, args.shapes)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tag = f"variant_sweep_{dev.key}_{source_commit()}"
@@ -222,12 +263,17 @@ def main(argv=None) -> int:
               + "; ".join(f"{n} {row.get(n + ' ratio', row.get(n + ' note'))}" for n in variants), flush=True)
         ok = [r for r in rows if "filed_us" in r]
         write_rows_csv(out / f"{tag}.csv", rows, (meta["command"], f"device {dev.key} commit {source_commit()}"))
-        (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(ok, names),
+        vs_torch = {"summary_vs_torch": summarize(ok, ["filed", *variants], " vs torch")} if args.torch else {}
+        (out / f"{tag}.json").write_text(json.dumps({**meta, "summary": summarize(ok, names), **vs_torch,
                                                      "rows": rows}, indent=1))
     summary = summarize([r for r in rows if "filed_us" in r], names)
     for g, per in summary.items():
         print(g, "; ".join(f"{n}: {v['geomean'] and round(v['geomean'], 4)} over {v['n']} "
                            f"({v['wins']} won, {v['losses']} lost)" for n, v in per.items()))
+    if args.torch:
+        for g, per in summarize([r for r in rows if "filed_us" in r], ["filed", *variants], " vs torch").items():
+            print(g, "vs torch.matmul:", "; ".join(f"{n} {v['geomean'] and round(v['geomean'], 4)} over {v['n']}"
+                                                   for n, v in per.items()))
     print(f"{len(rows)} entries in {time.monotonic() - t0:.0f} s -> {out / tag}.csv")
     return 0
 

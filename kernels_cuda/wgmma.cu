@@ -100,6 +100,12 @@
 // class 1.127x best-cublas on the graph clock where the same kernels without it ran 1.078x, worst
 // 0.985 (run 126); offline 0.999x of them (the wait's cost). EARLY_LOAD (loads before the wait) turns
 // the default off.
+// K_ROT (0 in every filed kernel; a variant experiment, bench/variant_sweep.py): work unit u loads its
+// k-tiles from (u x K_ROT) mod (its tile count) on, wrapping around, and the MMAs take them in that
+// order, so the CTAs' concurrent TMA loads fall on different k offsets of their rows instead of all
+// on the same one. Why: on the H200's HBM-bound decode shapes the best kernels measured move 3.0-3.3
+// TB/s where cuBLAS moves 3.5-3.7 and a reader 3.9 (NOTES 2026-12-07 23:00); whether the loads' common
+// offset is the cause is what the variant measures. The fp32 sum's order changes with it.
 
 #define THREADS (WARPS * 32)
 // BK's swizzle atoms (KA columns each, rows of K_ROW_BYTES, KATOMS per k-tile): hopper.cuh.
@@ -175,6 +181,12 @@ __device__ int cudal2_epi_wide;   // tells the launcher to encode C's box SUB_CO
 #endif
 #ifndef TMAP_PREFETCH
 #define TMAP_PREFETCH 1 // thread 0 prefetches the three tensor maps at entry (see the header)
+#endif
+#ifndef K_ROT
+#define K_ROT 0         // unit u's k-tiles from a rotated start (see the header)
+#endif
+#if K_ROT && (EARLY_LOAD || LITE_CP)
+#error "K_ROT: not with EARLY_LOAD or LITE_CP (their first loads take k-tile kt0)"
 #endif
 #ifndef LITE_CP
 #define LITE_CP 0       // lite, nt: all of K by cp.async when it fits the ring, no TMA load (see the header)
@@ -267,6 +279,16 @@ DEVI void unit_of(int u, int ctiles_m, int ctiles_n, int ktiles, u32 rank, int& 
 #endif
     kt0 = split * ktiles / SPLIT_K;
     kt1 = (split + 1) * ktiles / SPLIT_K;
+}
+
+// The k-tile the i-th load of unit u takes (kt = kt0 + i): kt itself, or with K_ROT rotated in [kt0, kt1).
+DEVI int kt_load(int kt, int kt0, int kt1, int u) {
+#if K_ROT
+    const int n = kt1 - kt0, r = kt - kt0 + (int)((unsigned)(u * K_ROT) % (unsigned)n);
+    return kt0 + (r >= n ? r - n : r);
+#else
+    return kt;
+#endif
 }
 
 // One float4 group of a thread's fragment as fp16 pairs straight to C (guarded): y[0..1] at (row,
@@ -435,7 +457,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
                 unit_of(u, ctiles_m, ctiles_n, ktiles, rank, tm, tn, split, kt0, kt1);
                 for (int kt = kt0; kt < kt1; ++kt) {
                     TL(TL_PRODUCE, u == cid && kt == kt0);
-                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt, rank, s, phase, a_tx_bytes(M));
+                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt_load(kt, kt0, kt1, u), rank, s, phase, a_tx_bytes(M));
                     TL(TL_LOAD, u == cid && kt == kt0);
                 }
             }
@@ -505,7 +527,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
             if (threadIdx.x == 0) {
                 TL(TL_PRODUCE, u == cid);
                 for (; next < kt1 && next < kt0 + STAGES; ++next)
-                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next, rank, ps, pphase, a_tx_bytes(M));
+                    produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt_load(next, kt0, kt1, u), rank, ps, pphase, a_tx_bytes(M));
             }
 #if !EARLY_LOAD
             TL(TL_LOAD, threadIdx.x == 0 && u == cid);
@@ -545,7 +567,7 @@ cudal2_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ Tens
 #if LITE
                     // The slot just released takes the next k-tile (once every warpgroup let go).
                     if (threadIdx.x == 0 && next < kt1)
-                        produce(&tmA, &tmB, ring, full0, empty0, tm, tn, next++, rank, ps, pphase, a_tx_bytes(M));
+                        produce(&tmA, &tmB, ring, full0, empty0, tm, tn, kt_load(next++, kt0, kt1, u), rank, ps, pphase, a_tx_bytes(M));
 #endif
                 }
                 prev = s;

@@ -163,6 +163,14 @@ def test_rerender_repairs_an_exported_copy(tmp_path, monkeypatch):
     assert all(e.check.get("passed") is not False for e in reg.all() if e.backend == "cuda")
     r = runner.invoke(app, ["registry", "rerender", "--registry", str(dest)])
     assert r.exit_code == 0 and "0 entries re-rendered" in r.output
+    # a second edit before the card re-checked them: each still names the source it was measured on
+    first = {e.problem + e.device: e.times["rerendered_from"] for e in moved}
+    monkeypatch.setattr(tb, "FOOTER", tb.FOOTER + "# another edit\n")
+    r = runner.invoke(app, ["registry", "rerender", "--no-compare-sass", "--registry", str(dest)])
+    assert r.exit_code == 0 and "209 entries re-rendered" in r.output
+    again = [e for e in Registry.load(dest).all() if e.backend == "triton"]
+    assert {e.problem + e.device: e.times["rerendered_from"] for e in again} == first
+    assert all(e.sha256 != first[e.problem + e.device] for e in again)
 
 
 
@@ -225,6 +233,8 @@ def test_rerender_compares_each_shared_source_once(tmp_path, monkeypatch):
     (dest / "index.json").write_text(reg.to_json())
     folders = {e.key: e.source.split("/")[2] for e in picked}
     assert any(folders[e.key] != e.device for e in picked)     # a transferred entry among them
+    # the source each was measured on: an earlier same-SASS re-render's, else this one
+    measured = {e.key: e.times.get("same_sass_as", sha) for e in picked}
     calls = []
     monkeypatch.setattr(sass, "same_machine_code", lambda old, new, arch: calls.append(arch) or True)
     render = cb.render_template
@@ -232,7 +242,8 @@ def test_rerender_compares_each_shared_source_once(tmp_path, monkeypatch):
     changed = Registry.load(dest).rerender(compare_sass=True)
     # one comparison, also where the source sits under both cards' directories (both sm_90a)
     assert len(changed) == len(picked)
-    assert len(calls) == 1 and all(e.check["passed"] is True and e.times["same_sass_as"] == sha for e in changed)
+    assert len(calls) == 1 and all(e.check["passed"] is True and e.times["same_sass_as"] == measured[e.key]
+                                   for e in changed)
     # each new source lands in the folder the old one was in: a transferred entry's stays under its
     # source card's key, not copied under its own
     assert {e.key: e.source.split("/")[2] for e in changed} == folders
@@ -344,5 +355,6 @@ def test_rerender_asks_the_triton_comparison_once_per_text_spec_and_problem_clas
     for e in trit:
         kept = after[e.key].check.get("passed") is True
         assert kept == (e.prob.layout == "nn"), e.key
-        times = after[e.key].times          # which old text the verdict was about
-        assert times.get("same_sass_as" if kept else "rerendered_from") == e.sha256, e.key
+        times = after[e.key].times          # which old text the verdict was about (the first named)
+        field = "same_sass_as" if kept else "rerendered_from"
+        assert times.get(field) == e.times.get(field, e.sha256), e.key

@@ -125,3 +125,71 @@ def test_the_resource_probe_reaches_the_cubin_and_not_the_kernel():
     if tool is None:
         pytest.skip("no cuobjdump (CUDA toolkit or the triton wheel's) to read the SASS with")
     assert sass_lines(plain, tool) == sass_lines(probed, tool)
+
+
+def test_shapes_file_and_lost_kernels_pick_the_decode_sets_entries(tmp_path):
+    """--shapes keeps the entries of the listed problems (a line with no layout takes both); --lost
+    adds the cuBLAS entries' best lost wgmma kernels, each carrying its search's spec and time."""
+    lost_entries = load_bench("graph_clock").lost_entries
+    reg = Registry.load()
+    key = "h200-sm90"
+    f = tmp_path / "shapes.txt"
+    f.write_text("# decode\n1x14336x4096:nt\n64x4096x1024\n")
+    todo = vs.entries(reg, key, ["nn", "nt"], [], 1) + lost_entries(reg, key, ["nn", "nt"], [], ("wgmma",))
+    got = vs.shape_filter(todo, str(f))
+    assert {e.problem for e in got} <= {"1x14336x4096:nt", "64x4096x1024:nt", "64x4096x1024:nn"}
+    lost = [e for e in got if e.problem == "1x14336x4096:nt"]
+    assert len(lost) == 1 and lost[0].entry.backend == "cublas" and "family=wgmma" in lost[0].spec
+    assert lost[0].time_us == lost[0].entry.times["best_kernel_us"]
+    assert vs.shape_filter(todo, None) == todo
+    decode = vs.shape_filter(todo, "bench/decode_set.txt")
+    assert decode and all(e.prob.layout == "nt" and e.prob.M <= 64 for e in decode)
+
+
+def test_summary_against_torch():
+    rows = [{"class": "skinny", "layout": "nt", "filed vs torch": 0.9, "K_ROT=1 vs torch": 1.05},
+            {"class": "skinny", "layout": "nt", "filed vs torch": 1.0}]
+    s = vs.summarize(rows, ["filed", "K_ROT=1"], " vs torch")
+    assert s["all"]["filed"]["geomean"] == pytest.approx((0.9 * 1.0) ** 0.5) and s["all"]["filed"]["losses"] == 1
+    assert s["skinny:nt"]["K_ROT=1"] == {"n": 1, "geomean": pytest.approx(1.05), "wins": 1, "losses": 0}
+
+
+def test_k_rot_builds_as_a_variant_and_refuses_early_loads():
+    """K_ROT=1 is other machine code than the filed kernel (the loads' k-tiles rotate), K_ROT=0 the
+    filed one's (the template's neutral value), and with EARLY_LOAD its #error refuses to build."""
+    from cudal2.backends.sass import cuobjdump
+    if cuobjdump() is None:
+        pytest.skip("no cuobjdump (CUDA toolkit or the triton wheel's copy) to compare SASS with")
+    base = "backend=cuda family=wgmma bk=64 group_m=8 subtile=1 cluster=1"
+    spec = f"{base} bm=64 bn=112 warps=8 stages=9 split_k=1 warp_spec=1"
+    assert vs._compile_pair(("1x14336x4096:nt", spec, "K_ROT=1", {"K_ROT": 1}))[2:] == (False, None)
+    assert vs._compile_pair(("1x14336x4096:nt", spec, "K_ROT=0", {"K_ROT": 0}))[2:] == (True, None)
+    lite = f"{base} bm=64 bn=64 warps=4 stages=4 split_k=1 warp_spec=0"
+    assert vs._compile_pair(("100x200x3000:nt", lite, "K_ROT=5", {"K_ROT": 5}))[2:] == (False, None)
+    bad = vs._compile_pair(("64x64x256:nt", lite, "K_ROT=1 EARLY_LOAD=1", {"K_ROT": 1, "EARLY_LOAD": 1}))
+    assert bad[2] is None and "K_ROT" in bad[3]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec,shape", [
+    ("bm=64 bn=112 warps=8 stages=9 split_k=1 warp_spec=1 cluster=1", "3x1000x3000:nt"),
+    ("bm=64 bn=128 warps=8 stages=8 split_k=2 warp_spec=1 cluster=1", "17x712x4104:nt"),
+    ("bm=64 bn=64 warps=4 stages=4 split_k=1 warp_spec=0 cluster=1", "100x200x1000:nn"),
+    ("bm=128 bn=128 warps=12 stages=5 split_k=2 warp_spec=1 cluster=2", "300x504x2008:nt"),
+])
+def test_k_rot_passes_the_checker(spec, shape):
+    """Every k-tile loaded once whatever the rotation (each unit's range, split-K slices, a ragged
+    last k-tile, lite and cluster): the full checker on the variant at sizes off the tile grid."""
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from cta_timeline import build_variant
+    from cudal2.check import check_kernel
+    from cudal2.device import current
+    from cudal2.problems import Problem
+    from cudal2.spec import KernelSpec
+    s = KernelSpec.parse(f"backend=cuda family=wgmma bk=64 group_m=8 subtile=1 {spec}")
+    p = Problem.parse(shape)
+    for rot in (1, 13):
+        rep = check_kernel(build_variant(s, p, current(), f"#define K_ROT {rot}\n"), p, "cuda")
+        assert rep.passed, (rot, rep.reason)

@@ -66,10 +66,12 @@ def rerender(reg, compare_sass: bool = True) -> list[Entry]:
                 if key not in same_sass:
                     same_sass[key] = _same_code(e, fresh.read_source(e), text)
                 same = same_sass[key]
+            # Each keeps the first source it names: the one the check and timings were measured on
+            # (a pending entry re-rendered again still names its filed source).
             if same:
-                e.times = {**e.times, "same_sass_as": e.sha256}
+                e.times = {**e.times, "same_sass_as": e.times.get("same_sass_as", e.sha256)}
             else:
-                e.times = {**e.times, "rerendered_from": e.sha256}
+                e.times = {**e.times, "rerendered_from": e.times.get("rerendered_from", e.sha256)}
                 e.check = {**e.check, "passed": None, "reason": "re-rendered; re-check with verify --gpu --render"}
             e.sha256 = sha
             # the folder the source was in: a transferred entry keeps its source card's folder
