@@ -402,9 +402,9 @@ family=wgmma bm=128 bn=256 bk=64 warps=12 stages=4 group_m=8 split_k=1 subtile=2
       # in what is left (never run on an H200; since 2026-12-07 23:00 it replaces the chain over every
       # other small / skinny shape and small nt b on the graph clock: on the H100 the tiled chain put
       # the decode target past the ceiling, which is what the H200's offline figure lacks).
-      # On an H100: krot:90 (the K_ROT experiment, 19 decode entries there), then `next-lost` (since 2026-12-07 21:45) (runs 178-181 ran the tiled chain with
-      # its bulk kind over every other shape and the stream family past 64 tokens: `tiled-stream`,
-      # `stream-file`; NOTES). `next-lost`, the H100's `next` from 18:50 to 21:00, is
+      # On an H100: krot:90 (the K_ROT experiment, 19 decode entries there), then `next-lost` (the
+      # H100's `next` again since 2026-12-07 21:45; runs 178-181 ran `tiled-stream` and `stream-file`
+      # in its place; NOTES). `next-lost`, the H100's `next` from 18:50 to 21:00, is
       # (the chain on every shape in runs 168 / 170, the decode set three times, small nt
       # on all three clocks; rewritten 2026-12-07 18:50): two independent timings of the small
       # cuBLAS entries' lost kernels that ran >= 0.97 of best-cublas where measured (102 since

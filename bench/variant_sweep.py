@@ -123,11 +123,8 @@ def shape_filter(todo: list, path: str | None) -> list:
     line without a layout takes both), all where no file is given."""
     if not path:
         return todo
-    want: set[str] = set()
-    for line in Path(path).read_text().splitlines():
-        line = line.split("#")[0].strip().replace(" ", "x")
-        if line:
-            want |= {line} if ":" in line else {f"{line}:nn", f"{line}:nt"}
+    from cudal2.problems import read_shape_file
+    want = {p.text for lay in ("nn", "nt") for p in read_shape_file(path, lay)}   # a line's own layout wins
     return [e for e in todo if e.problem in want]
 
 
@@ -220,8 +217,12 @@ def main(argv=None) -> int:
     classes = [x for x in args.classes.split(",") if x]
     if not set(layouts) <= {"nn", "nt"} or not set(classes) <= set(SHAPE_CLASSES) or args.stride < 1:
         ap.error(f"--layouts from nn,nt; --classes from {','.join(SHAPE_CLASSES)}; --stride >= 1")
-    if args.shapes and not Path(args.shapes).is_file():
-        ap.error(f"--shapes {args.shapes}: no such file")
+    if args.shapes:
+        from cudal2.problems import ProblemError
+        try:
+            shape_filter([], args.shapes)
+        except (OSError, ProblemError) as ex:
+            ap.error(f"--shapes {args.shapes}: {ex}")
     t0 = time.monotonic()
     import torch
     if not torch.cuda.is_available():
